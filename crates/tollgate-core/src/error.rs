@@ -1,0 +1,214 @@
+//! Errors with stable snake_case codes.
+//!
+//! The codes are part of the public contract (HTTP bodies, client errors, logs); the
+//! messages are for people and may change. Every error says whether retrying the same
+//! request can succeed.
+
+use crate::ledger::LeaseState;
+
+/// What kind of failure an error is. The server maps kinds, not individual errors, to
+/// HTTP statuses, so that the mapping lives in one place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The request itself is malformed; resending it unchanged fails again.
+    Input,
+    /// The named thing does not exist (or belongs to another scope).
+    NotFound,
+    /// The request is well formed but the current state refuses it.
+    Conflict,
+    /// Storage could not be reached; a retry may succeed.
+    Unavailable,
+    /// Stored data violates an invariant; a retry succeeds only after a repair.
+    Corrupt,
+}
+
+/// Errors of the allocator, credential and read operations.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    #[error("units must be positive")]
+    InvalidUnits,
+    #[error("ttl must be positive")]
+    InvalidTtl,
+    #[error("{units} units exceed this store's unit domain (at most {max})")]
+    UnitsOutOfRange { units: u64, max: u64 },
+    #[error("{field} must be 1 to 128 characters of A-Z a-z 0-9 . _ : -")]
+    InvalidId { field: &'static str },
+    #[error("label must be at most 256 characters")]
+    InvalidLabel,
+    #[error("consolidation needs at least one source lease")]
+    NoSourceLeases,
+    #[error("lease {lease_id} is named twice in one consolidation")]
+    DuplicateSourceLease { lease_id: String },
+    #[error("account not found")]
+    AccountNotFound,
+    #[error("lease not found")]
+    LeaseNotFound,
+    #[error("credential not found")]
+    CredentialNotFound,
+    #[error("account already exists")]
+    AccountExists,
+    #[error("credit id already used with {existing_units} units")]
+    CreditConflict { existing_units: u64 },
+    #[error("insufficient balance: {available} available, {requested} requested")]
+    InsufficientBalance { available: u64, requested: u64 },
+    #[error("capability does not match the lease")]
+    CapabilityMismatch,
+    #[error("lease is not active (state {state})")]
+    LeaseNotActive { state: LeaseState },
+    #[error("lease is at or past its reclaim boundary")]
+    LeaseExpired,
+    #[error("source leases belong to another account")]
+    MixedAccounts,
+    #[error("the resulting expiry is outside the representable timestamp range")]
+    ExpiryOutOfRange,
+    #[error("counter {counter} would overflow")]
+    CounterOverflow { counter: &'static str },
+    #[error("storage unavailable: {0}")]
+    StorageUnavailable(String),
+    #[error("stored data violates an invariant: {0}")]
+    StorageCorrupt(String),
+}
+
+impl Error {
+    /// The stable code of this error.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::InvalidUnits => "invalid_units",
+            Error::InvalidTtl => "invalid_ttl",
+            Error::UnitsOutOfRange { .. } => "units_out_of_range",
+            Error::InvalidId { .. } => "invalid_id",
+            Error::InvalidLabel => "invalid_label",
+            Error::NoSourceLeases => "no_source_leases",
+            Error::DuplicateSourceLease { .. } => "duplicate_source_lease",
+            Error::AccountNotFound => "account_not_found",
+            Error::LeaseNotFound => "lease_not_found",
+            Error::CredentialNotFound => "credential_not_found",
+            Error::AccountExists => "account_exists",
+            Error::CreditConflict { .. } => "credit_conflict",
+            Error::InsufficientBalance { .. } => "insufficient_balance",
+            Error::CapabilityMismatch => "capability_mismatch",
+            Error::LeaseNotActive { .. } => "lease_not_active",
+            Error::LeaseExpired => "lease_expired",
+            Error::MixedAccounts => "mixed_accounts",
+            Error::ExpiryOutOfRange => "expiry_out_of_range",
+            Error::CounterOverflow { .. } => "counter_overflow",
+            Error::StorageUnavailable(_) => "storage_unavailable",
+            Error::StorageCorrupt(_) => "storage_corrupt",
+        }
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InvalidUnits
+            | Error::InvalidTtl
+            | Error::UnitsOutOfRange { .. }
+            | Error::InvalidId { .. }
+            | Error::InvalidLabel
+            | Error::NoSourceLeases
+            | Error::DuplicateSourceLease { .. } => ErrorKind::Input,
+            Error::AccountNotFound | Error::LeaseNotFound | Error::CredentialNotFound => {
+                ErrorKind::NotFound
+            }
+            Error::AccountExists
+            | Error::CreditConflict { .. }
+            | Error::InsufficientBalance { .. }
+            | Error::CapabilityMismatch
+            | Error::LeaseNotActive { .. }
+            | Error::LeaseExpired
+            | Error::MixedAccounts
+            | Error::ExpiryOutOfRange
+            | Error::CounterOverflow { .. } => ErrorKind::Conflict,
+            Error::StorageUnavailable(_) => ErrorKind::Unavailable,
+            Error::StorageCorrupt(_) => ErrorKind::Corrupt,
+        }
+    }
+
+    /// Whether resending the same request can succeed. Corruption counts as
+    /// retryable: it succeeds once an operator has repaired the data.
+    pub fn retryable(&self) -> bool {
+        matches!(self.kind(), ErrorKind::Unavailable | ErrorKind::Corrupt)
+    }
+}
+
+/// Errors of `UsageSink::ingest`. A batch either yields one outcome per event or
+/// fails as a whole with one of these, having applied nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IngestError {
+    /// The batch holds more events than one batch may.
+    #[error("batch holds {events} events; at most {max} are allowed")]
+    BatchTooLarge { events: usize, max: usize },
+    /// The accepted events would overflow a counter. Terminal for this unchanged
+    /// batch: resending it fails the same way, so the writer reports it as lost.
+    #[error("batch refused: accepting it would overflow {counter}")]
+    Refused { counter: &'static str },
+    /// Operational failure; retryable.
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+    /// Stored data violates an invariant; retryable after an explicit repair.
+    #[error("stored data violates an invariant: {0}")]
+    Corrupt(String),
+}
+
+impl IngestError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            IngestError::BatchTooLarge { .. } => "batch_too_large",
+            IngestError::Refused { .. } => "batch_refused",
+            IngestError::Unavailable(_) => "storage_unavailable",
+            IngestError::Corrupt(_) => "storage_corrupt",
+        }
+    }
+
+    pub fn retryable(&self) -> bool {
+        matches!(self, IngestError::Unavailable(_) | IngestError::Corrupt(_))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_storage_errors_are_retryable() {
+        let cases: Vec<(Error, &str, bool)> = vec![
+            (Error::InvalidUnits, "invalid_units", false),
+            (Error::InvalidTtl, "invalid_ttl", false),
+            (Error::UnitsOutOfRange { units: 2, max: 1 }, "units_out_of_range", false),
+            (Error::AccountNotFound, "account_not_found", false),
+            (Error::LeaseNotFound, "lease_not_found", false),
+            (Error::AccountExists, "account_exists", false),
+            (Error::CreditConflict { existing_units: 1 }, "credit_conflict", false),
+            (
+                Error::InsufficientBalance { available: 0, requested: 1 },
+                "insufficient_balance",
+                false,
+            ),
+            (Error::CapabilityMismatch, "capability_mismatch", false),
+            (
+                Error::LeaseNotActive { state: LeaseState::Released },
+                "lease_not_active",
+                false,
+            ),
+            (Error::LeaseExpired, "lease_expired", false),
+            (Error::MixedAccounts, "mixed_accounts", false),
+            (Error::ExpiryOutOfRange, "expiry_out_of_range", false),
+            (Error::CounterOverflow { counter: "billed" }, "counter_overflow", false),
+            (Error::StorageUnavailable("x".into()), "storage_unavailable", true),
+            (Error::StorageCorrupt("x".into()), "storage_corrupt", true),
+        ];
+        for (error, code, retryable) in cases {
+            assert_eq!(error.code(), code);
+            assert_eq!(error.retryable(), retryable, "{code}");
+        }
+        let ingest = [
+            (IngestError::BatchTooLarge { events: 2, max: 1 }, "batch_too_large", false),
+            (IngestError::Refused { counter: "billed" }, "batch_refused", false),
+            (IngestError::Unavailable("x".into()), "storage_unavailable", true),
+            (IngestError::Corrupt("x".into()), "storage_corrupt", true),
+        ];
+        for (error, code, retryable) in ingest {
+            assert_eq!(error.code(), code);
+            assert_eq!(error.retryable(), retryable, "{code}");
+        }
+    }
+}

@@ -1,0 +1,420 @@
+//! The ledger: account counters, leases, settlement and the three conservation
+//! equations.
+//!
+//! Every operation here takes the current state by reference and either returns an
+//! error having changed nothing, or applies its whole effect. They compute on copies
+//! and assign at the end, so a failure half way can never leave half an update.
+//!
+//! For every account, always:
+//! 1. `credited = available + reserved + consumed`
+//! 2. `reserved = Σ granted` over the account's active leases
+//! 3. `billed = consumed + overage + Σ used` over the account's active leases
+
+use jiff::{SignedDuration, Timestamp};
+
+use crate::error::Error;
+use crate::time::GrantPolicy;
+use crate::units::UnitDomain;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LeaseState {
+    Active,
+    Released,
+    Reclaimed,
+    Consolidated,
+}
+
+impl LeaseState {
+    pub const ALL: [LeaseState; 4] =
+        [LeaseState::Active, LeaseState::Released, LeaseState::Reclaimed, LeaseState::Consolidated];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseState::Active => "active",
+            LeaseState::Released => "released",
+            LeaseState::Reclaimed => "reclaimed",
+            LeaseState::Consolidated => "consolidated",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Self> {
+        LeaseState::ALL.into_iter().find(|state| state.as_str() == value)
+    }
+}
+
+impl std::fmt::Display for LeaseState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One account's counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Account {
+    pub account_id: String,
+    /// Monotonic: every unit ever credited.
+    pub credited: u64,
+    /// Units that may be leased now.
+    pub available: u64,
+    /// Units granted to active leases.
+    pub reserved: u64,
+    /// Units charged against grants at settlement.
+    pub consumed: u64,
+    /// Monotonic: usage beyond a grant, and usage reported without a lease.
+    pub overage: u64,
+    /// Monotonic: every accepted usage unit.
+    pub billed: u64,
+    /// Positive, monotonic: the fence the next lease gets.
+    pub next_fence: u64,
+}
+
+impl Account {
+    pub fn new(account_id: String) -> Self {
+        Self {
+            account_id,
+            credited: 0,
+            available: 0,
+            reserved: 0,
+            consumed: 0,
+            overage: 0,
+            billed: 0,
+            next_fence: 1,
+        }
+    }
+
+    /// Adds prepaid units. Idempotency on the credit id is the store's job: it
+    /// calls this only for a credit id it has not seen.
+    pub fn credit(&mut self, units: u64, domain: UnitDomain) -> Result<(), Error> {
+        if units == 0 {
+            return Err(Error::InvalidUnits);
+        }
+        domain.check(units)?;
+        let credited = domain.add_counter("credited", self.credited, units)?;
+        let available = domain.add_counter("available", self.available, units)?;
+        self.credited = credited;
+        self.available = available;
+        Ok(())
+    }
+}
+
+/// A lease as every store records it. The capability is not here: stores keep its
+/// hash beside the lease and check it before calling into the ledger.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub lease_id: String,
+    pub account_id: String,
+    pub fencing_token: u64,
+    pub granted: u64,
+    pub used: u64,
+    pub state: LeaseState,
+    pub expiry: Timestamp,
+    /// True for expiries reconstructed from legacy truncated microseconds: the
+    /// stored instant is the latest one consistent with what was recorded.
+    pub expiry_is_upper_bound: bool,
+}
+
+/// What a new lease gets; the store adds its id and capability.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grant {
+    pub fencing_token: u64,
+    pub granted: u64,
+    pub expiry: Timestamp,
+}
+
+impl Grant {
+    pub fn into_lease(self, lease_id: String, account_id: String) -> Lease {
+        Lease {
+            lease_id,
+            account_id,
+            fencing_token: self.fencing_token,
+            granted: self.granted,
+            used: 0,
+            state: LeaseState::Active,
+            expiry: self.expiry,
+            expiry_is_upper_bound: false,
+        }
+    }
+}
+
+/// How a settled lease's grant and usage were split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Settlement {
+    /// Usage drawn from the grant: `min(used, granted)`.
+    pub charged: u64,
+    /// Grant returned to `available`: `granted - charged`.
+    pub returned: u64,
+    /// Usage beyond the grant, billed as overage: `used - charged`.
+    pub excess: u64,
+}
+
+/// Splits a lease's grant and usage. Units are neither created nor destroyed:
+/// `charged + returned = granted` and `charged + excess = used`.
+pub fn settle(granted: u64, used: u64) -> Settlement {
+    let charged = used.min(granted);
+    Settlement { charged, returned: granted - charged, excess: used - charged }
+}
+
+/// Grants a new lease of `units` from `available`.
+pub fn acquire(
+    account: &mut Account,
+    units: u64,
+    ttl: SignedDuration,
+    now: Timestamp,
+    policy: &GrantPolicy,
+    domain: UnitDomain,
+) -> Result<Grant, Error> {
+    if units == 0 {
+        return Err(Error::InvalidUnits);
+    }
+    domain.check(units)?;
+    // The expiry comes first: an unrepresentable one must fail before any debit.
+    let expiry = policy.expiry(now, ttl)?;
+    let mut next = account.clone();
+    let grant = grant_from(&mut next, units, expiry, domain)?;
+    *account = next;
+    Ok(grant)
+}
+
+/// Moves `units` from available to reserved and takes the next fence.
+fn grant_from(
+    account: &mut Account,
+    units: u64,
+    expiry: Timestamp,
+    domain: UnitDomain,
+) -> Result<Grant, Error> {
+    if account.available < units {
+        return Err(Error::InsufficientBalance { available: account.available, requested: units });
+    }
+    let fencing_token = account.next_fence;
+    if fencing_token == 0 {
+        return Err(Error::StorageCorrupt(format!(
+            "account {} has next_fence 0",
+            account.account_id
+        )));
+    }
+    account.next_fence = domain.add_counter("next_fence", fencing_token, 1)?;
+    account.reserved = domain.add_counter("reserved", account.reserved, units)?;
+    account.available -= units;
+    Ok(Grant { fencing_token, granted: units, expiry })
+}
+
+/// Refuses settlement by the lease's holder unless the lease is active and before
+/// its reclaim boundary. Release, consolidation and leased usage share this rule,
+/// so their outcome depends only on `now`, never on when a reclaim pass ran.
+pub fn check_open(lease: &Lease, now: Timestamp, policy: &GrantPolicy) -> Result<(), Error> {
+    if lease.state != LeaseState::Active {
+        return Err(Error::LeaseNotActive { state: lease.state });
+    }
+    if policy.is_reclaimable(lease.expiry, now) {
+        return Err(Error::LeaseExpired);
+    }
+    Ok(())
+}
+
+/// The account after settling `lease`; the lease itself is not changed.
+fn settled_account(account: &Account, lease: &Lease, domain: UnitDomain) -> Result<(Account, Settlement), Error> {
+    if lease.account_id != account.account_id {
+        return Err(Error::StorageCorrupt(format!(
+            "lease {} belongs to {}, not {}",
+            lease.lease_id, lease.account_id, account.account_id
+        )));
+    }
+    let settlement = settle(lease.granted, lease.used);
+    let mut next = account.clone();
+    next.reserved = account.reserved.checked_sub(lease.granted).ok_or_else(|| {
+        Error::StorageCorrupt(format!(
+            "account {} reserves {} units but active lease {} was granted {}",
+            account.account_id, account.reserved, lease.lease_id, lease.granted
+        ))
+    })?;
+    next.available = domain.add_counter("available", account.available, settlement.returned)?;
+    next.consumed = domain.add_counter("consumed", account.consumed, settlement.charged)?;
+    next.overage = domain.add_counter("overage", account.overage, settlement.excess)?;
+    Ok((next, settlement))
+}
+
+/// Settles a lease at its holder's request.
+pub fn release(
+    account: &mut Account,
+    lease: &mut Lease,
+    now: Timestamp,
+    policy: &GrantPolicy,
+    domain: UnitDomain,
+) -> Result<Settlement, Error> {
+    check_open(lease, now, policy)?;
+    let (next, settlement) = settled_account(account, lease, domain)?;
+    *account = next;
+    lease.state = LeaseState::Released;
+    Ok(settlement)
+}
+
+/// Settles a lease whose holder vanished, if it is active and due at `now`.
+/// Returns `None`, changing nothing, for any other lease: reclaiming is idempotent.
+pub fn reclaim(
+    account: &mut Account,
+    lease: &mut Lease,
+    now: Timestamp,
+    policy: &GrantPolicy,
+    domain: UnitDomain,
+) -> Result<Option<Settlement>, Error> {
+    if lease.state != LeaseState::Active || !policy.is_reclaimable(lease.expiry, now) {
+        return Ok(None);
+    }
+    let (next, settlement) = settled_account(account, lease, domain)?;
+    *account = next;
+    lease.state = LeaseState::Reclaimed;
+    Ok(Some(settlement))
+}
+
+/// Settles every source lease and grants one new lease of `Σ returned +
+/// extra_units`, all or nothing. This is how a worker renews or compacts its leases
+/// without handing units back to the pool. Capabilities are checked by the store
+/// before this is called.
+pub fn consolidate(
+    account: &mut Account,
+    sources: &mut [Lease],
+    extra_units: u64,
+    ttl: SignedDuration,
+    now: Timestamp,
+    policy: &GrantPolicy,
+    domain: UnitDomain,
+) -> Result<(Grant, Vec<Settlement>), Error> {
+    if sources.is_empty() {
+        return Err(Error::NoSourceLeases);
+    }
+    for (index, lease) in sources.iter().enumerate() {
+        if sources[..index].iter().any(|earlier| earlier.lease_id == lease.lease_id) {
+            return Err(Error::DuplicateSourceLease { lease_id: lease.lease_id.clone() });
+        }
+    }
+    domain.check(extra_units)?;
+    let expiry = policy.expiry(now, ttl)?;
+    for lease in sources.iter() {
+        if lease.account_id != account.account_id {
+            return Err(Error::MixedAccounts);
+        }
+        check_open(lease, now, policy)?;
+    }
+    let mut next = account.clone();
+    let mut settlements = Vec::with_capacity(sources.len());
+    let mut carried: u64 = 0;
+    for lease in sources.iter() {
+        let (settled, settlement) = settled_account(&next, lease, domain)?;
+        next = settled;
+        carried = domain.add_counter("granted", carried, settlement.returned)?;
+        settlements.push(settlement);
+    }
+    let granted = domain.add_counter("granted", carried, extra_units)?;
+    if granted == 0 {
+        return Err(Error::InvalidUnits);
+    }
+    let grant = grant_from(&mut next, granted, expiry, domain).map_err(|error| match error {
+        // Report the shortfall against what the caller asked for beyond the
+        // carried units, which is all consolidation draws from `available`.
+        Error::InsufficientBalance { .. } => {
+            Error::InsufficientBalance { available: account.available, requested: extra_units }
+        }
+        other => other,
+    })?;
+    *account = next;
+    for lease in sources.iter_mut() {
+        lease.state = LeaseState::Consolidated;
+    }
+    Ok((grant, settlements))
+}
+
+/// One of the three conservation equations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Equation {
+    /// `credited = available + reserved + consumed`
+    Balance,
+    /// `reserved = Σ granted` over active leases
+    Reserved,
+    /// `billed = consumed + overage + Σ used` over active leases
+    Billed,
+}
+
+impl Equation {
+    pub fn code(self) -> &'static str {
+        match self {
+            Equation::Balance => "credited_eq_available_reserved_consumed",
+            Equation::Reserved => "reserved_eq_active_granted",
+            Equation::Billed => "billed_eq_consumed_overage_active_used",
+        }
+    }
+}
+
+/// A violated equation, with both sides as computed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    pub account_id: String,
+    pub equation: Equation,
+    pub left: u128,
+    pub right: u128,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "account {}: {} violated ({} != {})", self.account_id, self.equation.code(), self.left, self.right)
+    }
+}
+
+/// Checks the three equations for one account against its leases (any state;
+/// only active ones count). Sums are taken in `u128` so a corrupt store cannot make
+/// the checker itself overflow.
+pub fn check_conservation<'a>(account: &Account, leases: impl IntoIterator<Item = &'a Lease>) -> Vec<Violation> {
+    let mut granted_active: u128 = 0;
+    let mut used_active: u128 = 0;
+    for lease in leases {
+        if lease.state == LeaseState::Active {
+            granted_active += u128::from(lease.granted);
+            used_active += u128::from(lease.used);
+        }
+    }
+    let sides = [
+        (
+            Equation::Balance,
+            u128::from(account.credited),
+            u128::from(account.available) + u128::from(account.reserved) + u128::from(account.consumed),
+        ),
+        (Equation::Reserved, u128::from(account.reserved), granted_active),
+        (
+            Equation::Billed,
+            u128::from(account.billed),
+            u128::from(account.consumed) + u128::from(account.overage) + used_active,
+        ),
+    ];
+    sides
+        .into_iter()
+        .filter(|(_, left, right)| left != right)
+        .map(|(equation, left, right)| Violation { account_id: account.account_id.clone(), equation, left, right })
+        .collect()
+}
+
+/// An issued end-user API key and its activity. The key itself is not here; the
+/// store keeps its hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credential {
+    pub credential_id: String,
+    pub account_id: String,
+    pub label: String,
+    pub created_at: Timestamp,
+    pub revoked_at: Option<Timestamp>,
+    /// The latest `occurred_at` of an accepted event.
+    pub last_used_at: Option<Timestamp>,
+    pub accepted_events: u64,
+    pub accepted_units: u64,
+}
+
+impl Credential {
+    /// Revokes at `now`; revoking again keeps the first revocation time.
+    pub fn revoke(&mut self, now: Timestamp) {
+        self.revoked_at.get_or_insert(now);
+    }
+
+    /// Whether the credential is revoked for usage that occurred at `occurred_at`.
+    /// Usage that happened before the revocation is still billable.
+    pub fn is_revoked_at(&self, occurred_at: Timestamp) -> bool {
+        self.revoked_at.is_some_and(|revoked_at| revoked_at <= occurred_at)
+    }
+}

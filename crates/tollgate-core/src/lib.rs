@@ -1,0 +1,28 @@
+//! Tollgate's rules, as pure functions over plain data.
+//!
+//! This crate does no I/O, reads no clock and knows nothing of sqlx, axum or JSON.
+//! Every store loads the state an operation needs, hands it to the functions here
+//! together with the caller's `now`, and persists what they decide. Two stores that
+//! disagree therefore have a bug in a loader, never two copies of a rule.
+
+pub mod error;
+pub mod ids;
+pub mod ledger;
+pub mod secret;
+pub mod time;
+pub mod units;
+pub mod usage;
+
+pub use error::{Error, ErrorKind, IngestError};
+pub use ids::validate_id;
+pub use ledger::{
+    Account, Credential, Equation, Grant, Lease, LeaseState, Settlement, Violation,
+    check_conservation, settle,
+};
+pub use secret::{Secret, SecretHash};
+pub use time::{GrantPolicy, InstantError, InstantPair, PolicyError};
+pub use units::UnitDomain;
+pub use usage::{EventOutcome, IngestPlan, Outcome, RejectReason, UsageEvent, UsageSnapshot, UsageView};
+
+/// The largest number of events one usage batch may hold.
+pub const BATCH_EVENTS_MAX: usize = 10_000;

@@ -1,0 +1,361 @@
+//! The embedded in-memory store.
+//!
+//! All state sits behind one mutex. Every operation takes the lock once, loads what
+//! it needs by reading the maps, calls the core, and writes back what the core
+//! decided before releasing the lock, so each operation is atomic and operations
+//! are serialisable. The unit domain is the whole `u64` range.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use jiff::{SignedDuration, Timestamp};
+use tollgate_core::ids::validate_label;
+use tollgate_core::ledger::{self, LeaseState};
+use tollgate_core::usage::{self, UsageView};
+use tollgate_core::{
+    check_conservation, validate_id, Account, Credential, Error, EventOutcome, GrantPolicy,
+    IngestError, Lease, SecretHash, UnitDomain, UsageEvent,
+};
+
+use crate::model::{
+    AccountView, CheckReport, Consolidated, CreditReceipt, IssuedCredential, IssuedLease,
+    LeaseHandle, LegacyBoundCount, ReclaimReport, ReclaimedLease, Released, Verification,
+};
+use crate::secrets::{new_capability, new_credential_id, new_credential_key, new_lease_id};
+use crate::{Store, UsageSink};
+
+const DOMAIN: UnitDomain = UnitDomain::U64;
+
+pub struct MemoryStore {
+    policy: GrantPolicy,
+    state: Mutex<State>,
+}
+
+struct LeaseRecord {
+    lease: Lease,
+    capability: SecretHash,
+}
+
+struct CredentialRecord {
+    credential: Credential,
+    key: SecretHash,
+}
+
+#[derive(Default)]
+struct State {
+    /// Ordered by id, which is the lock order reclaim reports in.
+    accounts: BTreeMap<String, Account>,
+    credits: HashMap<(String, String), u64>,
+    leases: HashMap<String, LeaseRecord>,
+    /// Active leases by `(expiry, lease_id)`, the order reclaim picks due ones in.
+    active_by_expiry: BTreeSet<(Timestamp, String)>,
+    active_per_account: HashMap<String, u64>,
+    /// Accepted request IDs per account, kept forever.
+    recorded: HashMap<String, HashSet<String>>,
+    credentials: HashMap<String, CredentialRecord>,
+    credential_by_key: HashMap<SecretHash, String>,
+}
+
+impl MemoryStore {
+    pub fn new(policy: GrantPolicy) -> Self {
+        Self { policy, state: Mutex::new(State::default()) }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock is a bug; the state it guards was only
+        // ever assigned whole values, so continuing with it is sound.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl State {
+    fn account(&self, account_id: &str) -> Result<&Account, Error> {
+        self.accounts.get(account_id).ok_or(Error::AccountNotFound)
+    }
+
+    fn view(&self, account_id: &str) -> Result<AccountView, Error> {
+        let account = self.account(account_id)?.clone();
+        let active_leases = self.active_per_account.get(account_id).copied().unwrap_or(0);
+        Ok(AccountView { account, active_leases })
+    }
+
+    /// The lease, after checking the caller's capability against its hash.
+    fn held_lease(&self, lease_id: &str, capability: &str) -> Result<Lease, Error> {
+        let record = self.leases.get(lease_id).ok_or(Error::LeaseNotFound)?;
+        if !record.capability.matches(capability) {
+            return Err(Error::CapabilityMismatch);
+        }
+        Ok(record.lease.clone())
+    }
+
+    fn insert_lease(&mut self, lease: Lease, capability: SecretHash) {
+        self.active_by_expiry.insert((lease.expiry, lease.lease_id.clone()));
+        *self.active_per_account.entry(lease.account_id.clone()).or_default() += 1;
+        self.leases.insert(lease.lease_id.clone(), LeaseRecord { lease, capability });
+    }
+
+    /// Stores a lease the core settled, taking it out of the active indexes.
+    fn store_settled(&mut self, lease: Lease) {
+        self.active_by_expiry.remove(&(lease.expiry, lease.lease_id.clone()));
+        if let Some(count) = self.active_per_account.get_mut(&lease.account_id) {
+            *count = count.saturating_sub(1);
+        }
+        if let Some(record) = self.leases.get_mut(&lease.lease_id) {
+            record.lease = lease;
+        }
+    }
+
+    fn grant_lease(&mut self, account_id: &str, grant: ledger::Grant) -> IssuedLease {
+        let capability = new_capability();
+        let lease = grant.into_lease(new_lease_id(), account_id.to_owned());
+        self.insert_lease(lease.clone(), capability.hash());
+        IssuedLease { lease, capability }
+    }
+}
+
+impl UsageView for State {
+    fn is_recorded(&self, account_id: &str, request_id: &str) -> bool {
+        self.recorded.get(account_id).is_some_and(|ids| ids.contains(request_id))
+    }
+
+    fn account(&self, account_id: &str) -> Option<&Account> {
+        self.accounts.get(account_id)
+    }
+
+    fn lease(&self, lease_id: &str) -> Option<&Lease> {
+        self.leases.get(lease_id).map(|record| &record.lease)
+    }
+
+    fn credential(&self, credential_id: &str) -> Option<&Credential> {
+        self.credentials.get(credential_id).map(|record| &record.credential)
+    }
+}
+
+#[async_trait]
+impl UsageSink for MemoryStore {
+    async fn ingest(&self, batch: Vec<UsageEvent>, now: Timestamp) -> Result<Vec<EventOutcome>, IngestError> {
+        let mut state = self.lock();
+        let plan = usage::classify(&batch, now, &self.policy, DOMAIN, &*state)?;
+        for index in plan.accepted {
+            let event = &batch[index];
+            state.recorded.entry(event.account_id.clone()).or_default().insert(event.request_id.clone());
+        }
+        for (account_id, account) in plan.accounts {
+            state.accounts.insert(account_id, account);
+        }
+        for (lease_id, lease) in plan.leases {
+            if let Some(record) = state.leases.get_mut(&lease_id) {
+                record.lease = lease;
+            }
+        }
+        for (credential_id, credential) in plan.credentials {
+            if let Some(record) = state.credentials.get_mut(&credential_id) {
+                record.credential = credential;
+            }
+        }
+        Ok(plan.outcomes)
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    fn policy(&self) -> &GrantPolicy {
+        &self.policy
+    }
+
+    fn unit_domain(&self) -> UnitDomain {
+        DOMAIN
+    }
+
+    async fn create_account(&self, account_id: &str) -> Result<AccountView, Error> {
+        validate_id("account_id", account_id)?;
+        let mut state = self.lock();
+        if state.accounts.contains_key(account_id) {
+            return Err(Error::AccountExists);
+        }
+        state.accounts.insert(account_id.to_owned(), Account::new(account_id.to_owned()));
+        state.view(account_id)
+    }
+
+    async fn credit(&self, account_id: &str, credit_id: &str, units: u64) -> Result<CreditReceipt, Error> {
+        validate_id("account_id", account_id)?;
+        validate_id("credit_id", credit_id)?;
+        let mut state = self.lock();
+        let mut account = state.account(account_id)?.clone();
+        let key = (account_id.to_owned(), credit_id.to_owned());
+        if let Some(&existing_units) = state.credits.get(&key) {
+            if existing_units != units {
+                return Err(Error::CreditConflict { existing_units });
+            }
+            return Ok(CreditReceipt { account: state.view(account_id)?, created: false });
+        }
+        account.credit(units, DOMAIN)?;
+        state.accounts.insert(account_id.to_owned(), account);
+        state.credits.insert(key, units);
+        Ok(CreditReceipt { account: state.view(account_id)?, created: true })
+    }
+
+    async fn acquire(&self, account_id: &str, units: u64, ttl: SignedDuration, now: Timestamp) -> Result<IssuedLease, Error> {
+        let mut state = self.lock();
+        let mut account = state.account(account_id)?.clone();
+        let grant = ledger::acquire(&mut account, units, ttl, now, &self.policy, DOMAIN)?;
+        state.accounts.insert(account_id.to_owned(), account);
+        Ok(state.grant_lease(account_id, grant))
+    }
+
+    async fn release(&self, lease_id: &str, capability: &str, now: Timestamp) -> Result<Released, Error> {
+        let mut state = self.lock();
+        let mut lease = state.held_lease(lease_id, capability)?;
+        let mut account = state.account(&lease.account_id).map_err(|_| orphan(&lease))?.clone();
+        let settlement = ledger::release(&mut account, &mut lease, now, &self.policy, DOMAIN)?;
+        state.accounts.insert(account.account_id.clone(), account);
+        state.store_settled(lease.clone());
+        Ok(Released { lease, settlement })
+    }
+
+    async fn consolidate(
+        &self,
+        account_id: &str,
+        sources: &[LeaseHandle],
+        extra_units: u64,
+        ttl: SignedDuration,
+        now: Timestamp,
+    ) -> Result<Consolidated, Error> {
+        let mut state = self.lock();
+        let mut account = state.account(account_id)?.clone();
+        let mut leases = sources
+            .iter()
+            .map(|handle| state.held_lease(&handle.lease_id, &handle.capability))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (grant, settlements) =
+            ledger::consolidate(&mut account, &mut leases, extra_units, ttl, now, &self.policy, DOMAIN)?;
+        state.accounts.insert(account_id.to_owned(), account);
+        for lease in &leases {
+            state.store_settled(lease.clone());
+        }
+        let lease = state.grant_lease(account_id, grant);
+        Ok(Consolidated { lease, settlements: leases.into_iter().zip(settlements).collect() })
+    }
+
+    async fn reclaim(&self, now: Timestamp, limit: u32) -> Result<ReclaimReport, Error> {
+        let limit = limit.min(self.policy.reclaim_batch_max());
+        let Some(cutoff) = self.policy.reclaim_cutoff(now) else {
+            return Ok(ReclaimReport { reclaimed: Vec::new(), limit });
+        };
+        let mut state = self.lock();
+        let mut due: Vec<Lease> = state
+            .active_by_expiry
+            .iter()
+            .take_while(|(expiry, _)| *expiry <= cutoff)
+            .take(limit as usize)
+            .filter_map(|(_, lease_id)| state.leases.get(lease_id).map(|record| record.lease.clone()))
+            .collect();
+        due.sort_by(|a, b| (&a.account_id, &a.lease_id).cmp(&(&b.account_id, &b.lease_id)));
+        let mut reclaimed = Vec::with_capacity(due.len());
+        for mut lease in due {
+            let mut account = state.account(&lease.account_id).map_err(|_| orphan(&lease))?.clone();
+            if let Some(settlement) = ledger::reclaim(&mut account, &mut lease, now, &self.policy, DOMAIN)? {
+                reclaimed.push(ReclaimedLease {
+                    lease_id: lease.lease_id.clone(),
+                    account_id: lease.account_id.clone(),
+                    settlement,
+                });
+                state.accounts.insert(account.account_id.clone(), account);
+                state.store_settled(lease);
+            }
+        }
+        Ok(ReclaimReport { reclaimed, limit })
+    }
+
+    async fn issue_credential(&self, account_id: &str, label: &str, now: Timestamp) -> Result<IssuedCredential, Error> {
+        validate_label(label)?;
+        let mut state = self.lock();
+        state.account(account_id)?;
+        let key = new_credential_key();
+        let credential = Credential {
+            credential_id: new_credential_id(),
+            account_id: account_id.to_owned(),
+            label: label.to_owned(),
+            created_at: now,
+            revoked_at: None,
+            last_used_at: None,
+            accepted_events: 0,
+            accepted_units: 0,
+        };
+        state.credential_by_key.insert(key.hash(), credential.credential_id.clone());
+        state.credentials.insert(
+            credential.credential_id.clone(),
+            CredentialRecord { credential: credential.clone(), key: key.hash() },
+        );
+        Ok(IssuedCredential { credential, key })
+    }
+
+    async fn verify_credential(&self, key: &str) -> Result<Verification, Error> {
+        let state = self.lock();
+        let record = state
+            .credential_by_key
+            .get(&SecretHash::of(key))
+            .and_then(|credential_id| state.credentials.get(credential_id))
+            .filter(|record| record.key.matches(key));
+        Ok(match record {
+            None => Verification { valid: false, credential_id: None, account_id: None, reason: Some("unknown_credential") },
+            Some(record) => {
+                let credential = &record.credential;
+                let revoked = credential.revoked_at.is_some();
+                Verification {
+                    valid: !revoked,
+                    credential_id: Some(credential.credential_id.clone()),
+                    account_id: Some(credential.account_id.clone()),
+                    reason: revoked.then_some("credential_revoked"),
+                }
+            }
+        })
+    }
+
+    async fn revoke_credential(&self, credential_id: &str, now: Timestamp) -> Result<Credential, Error> {
+        let mut state = self.lock();
+        let record = state.credentials.get_mut(credential_id).ok_or(Error::CredentialNotFound)?;
+        record.credential.revoke(now);
+        Ok(record.credential.clone())
+    }
+
+    async fn account(&self, account_id: &str) -> Result<AccountView, Error> {
+        self.lock().view(account_id)
+    }
+
+    async fn lease(&self, lease_id: &str) -> Result<Lease, Error> {
+        let state = self.lock();
+        state.leases.get(lease_id).map(|record| record.lease.clone()).ok_or(Error::LeaseNotFound)
+    }
+
+    async fn credential(&self, credential_id: &str) -> Result<Credential, Error> {
+        let state = self.lock();
+        state.credentials.get(credential_id).map(|record| record.credential.clone()).ok_or(Error::CredentialNotFound)
+    }
+
+    async fn check(&self) -> Result<CheckReport, Error> {
+        let state = self.lock();
+        let mut leases_by_account: HashMap<&str, Vec<&Lease>> = HashMap::new();
+        let mut bounds: BTreeMap<(LeaseState, bool), u64> = BTreeMap::new();
+        for record in state.leases.values() {
+            let lease = &record.lease;
+            leases_by_account.entry(lease.account_id.as_str()).or_default().push(lease);
+            *bounds.entry((lease.state, lease.expiry_is_upper_bound)).or_default() += 1;
+        }
+        let mut violations = Vec::new();
+        for account in state.accounts.values() {
+            let leases = leases_by_account.get(account.account_id.as_str()).map(Vec::as_slice).unwrap_or(&[]);
+            violations.extend(check_conservation(account, leases.iter().copied()));
+        }
+        let legacy_bounds = bounds
+            .into_iter()
+            .map(|((state, expiry_is_upper_bound), count)| LegacyBoundCount { state, expiry_is_upper_bound, count })
+            .collect();
+        Ok(CheckReport { accounts_checked: state.accounts.len() as u64, violations, legacy_bounds })
+    }
+}
+
+fn orphan(lease: &Lease) -> Error {
+    Error::StorageCorrupt(format!("lease {} names missing account {}", lease.lease_id, lease.account_id))
+}
