@@ -63,6 +63,8 @@ pub enum Error {
     ExpiryOutOfRange,
     #[error("counter {counter} would overflow")]
     CounterOverflow { counter: &'static str },
+    #[error("storage records reclaim grace {recorded}, this server is configured with {configured}")]
+    ReclaimGraceMismatch { recorded: String, configured: String },
     #[error("storage unavailable: {0}")]
     StorageUnavailable(String),
     #[error("stored data violates an invariant: {0}")]
@@ -92,6 +94,7 @@ impl Error {
             Error::MixedAccounts => "mixed_accounts",
             Error::ExpiryOutOfRange => "expiry_out_of_range",
             Error::CounterOverflow { .. } => "counter_overflow",
+            Error::ReclaimGraceMismatch { .. } => "reclaim_grace_mismatch",
             Error::StorageUnavailable(_) => "storage_unavailable",
             Error::StorageCorrupt(_) => "storage_corrupt",
         }
@@ -117,7 +120,8 @@ impl Error {
             | Error::LeaseExpired
             | Error::MixedAccounts
             | Error::ExpiryOutOfRange
-            | Error::CounterOverflow { .. } => ErrorKind::Conflict,
+            | Error::CounterOverflow { .. }
+            | Error::ReclaimGraceMismatch { .. } => ErrorKind::Conflict,
             Error::StorageUnavailable(_) => ErrorKind::Unavailable,
             Error::StorageCorrupt(_) => ErrorKind::Corrupt,
         }

@@ -10,8 +10,9 @@ mod secrets;
 
 pub use memory::MemoryStore;
 pub use model::{
-    AccountView, CheckReport, Consolidated, CreditReceipt, IssuedCredential, IssuedLease,
-    LeaseHandle, LegacyBoundCount, ReclaimReport, ReclaimedLease, Released, Verification,
+    AccountView, CheckReport, Consolidated, CreditReceipt, GuardViolation, IssuedCredential,
+    IssuedLease, LeaseHandle, LegacyBoundCount, MigrationStatus, ReclaimReport, ReclaimedLease,
+    Released, StorageStatus, Verification,
 };
 pub use secrets::{new_capability, new_credential_id, new_credential_key, new_lease_id};
 
@@ -63,6 +64,18 @@ pub trait Store: UsageSink {
     async fn lease(&self, lease_id: &str) -> Result<Lease, Error>;
     async fn credential(&self, credential_id: &str) -> Result<Credential, Error>;
 
-    /// Conservation of every account and the legacy-bound counts.
+    /// Conservation of every account, the legacy-bound counts and, where the
+    /// storage can hold them, rows that violate the database guards.
     async fn check(&self) -> Result<CheckReport, Error>;
+
+    /// Whether storage answers and its schema is current.
+    async fn status(&self) -> Result<StorageStatus, Error>;
+
+    /// Makes this store's reclaim grace the one every server on the same storage
+    /// shares: records it when none is recorded (or when `replace` is set, an
+    /// explicit operator decision), and otherwise refuses with
+    /// `reclaim_grace_mismatch` when the recorded grace differs. Servers call this
+    /// at startup, so two servers can never settle the same grants under two
+    /// different boundaries.
+    async fn pin_reclaim_grace(&self, replace: bool) -> Result<(), Error>;
 }

@@ -20,7 +20,8 @@ use tollgate_core::{
 
 use crate::model::{
     AccountView, CheckReport, Consolidated, CreditReceipt, IssuedCredential, IssuedLease,
-    LeaseHandle, LegacyBoundCount, ReclaimReport, ReclaimedLease, Released, Verification,
+    LeaseHandle, LegacyBoundCount, ReclaimReport, ReclaimedLease, Released, StorageStatus,
+    Verification,
 };
 use crate::secrets::{new_capability, new_credential_id, new_credential_key, new_lease_id};
 use crate::{Store, UsageSink};
@@ -352,7 +353,22 @@ impl Store for MemoryStore {
             .into_iter()
             .map(|((state, expiry_is_upper_bound), count)| LegacyBoundCount { state, expiry_is_upper_bound, count })
             .collect();
-        Ok(CheckReport { accounts_checked: state.accounts.len() as u64, violations, legacy_bounds })
+        Ok(CheckReport {
+            accounts_checked: state.accounts.len() as u64,
+            violations,
+            legacy_bounds,
+            guard_violations: Vec::new(),
+        })
+    }
+
+    async fn status(&self) -> Result<StorageStatus, Error> {
+        Ok(StorageStatus { backend: "memory", migrations: None })
+    }
+
+    /// A memory store is private to its process, so there is no other server whose
+    /// grace could differ.
+    async fn pin_reclaim_grace(&self, _replace: bool) -> Result<(), Error> {
+        Ok(())
     }
 }
 

@@ -89,9 +89,63 @@ pub struct LegacyBoundCount {
     pub count: u64,
 }
 
+/// A stored row that a database guard (migration 0015) forbids, found by the
+/// read-only inspection queries of seed 003.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct GuardViolation {
+    /// `tollgate_usage_events`, `tollgate_leases` or `tollgate_accounts`.
+    pub table: String,
+    /// The row's key: `account_id/request_id`, `lease_id` or `account_id`.
+    pub key: String,
+    pub column: String,
+    pub value: i64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CheckReport {
     pub accounts_checked: u64,
     pub violations: Vec<Violation>,
     pub legacy_bounds: Vec<LegacyBoundCount>,
+    /// Always empty on stores whose types cannot hold such rows.
+    pub guard_violations: Vec<GuardViolation>,
+}
+
+impl CheckReport {
+    /// Whether an operator may resume traffic: no equation and no guard violated.
+    pub fn is_clean(&self) -> bool {
+        self.violations.is_empty() && self.guard_violations.is_empty()
+    }
+}
+
+/// Where a store keeps its state and whether its schema is current.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StorageStatus {
+    /// `memory` or `postgres`.
+    pub backend: &'static str,
+    /// `None` for stores without a schema.
+    pub migrations: Option<MigrationStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrationStatus {
+    /// Versions recorded as applied in the database.
+    pub applied: Vec<i64>,
+    /// Versions this binary carries.
+    pub known: Vec<i64>,
+}
+
+impl MigrationStatus {
+    /// Applied versions this binary does not know: a newer binary migrated here.
+    pub fn unknown(&self) -> Vec<i64> {
+        self.applied.iter().copied().filter(|v| !self.known.contains(v)).collect()
+    }
+
+    /// Known versions not applied yet.
+    pub fn pending(&self) -> Vec<i64> {
+        self.known.iter().copied().filter(|v| !self.applied.contains(v)).collect()
+    }
+
+    pub fn is_current(&self) -> bool {
+        self.unknown().is_empty() && self.pending().is_empty()
+    }
 }

@@ -1,0 +1,428 @@
+//! The HTTP/JSON wire contract (`/v1`), shared by the server and the client.
+//!
+//! Field names are part of the contract: fields may be added, none renamed.
+//! Timestamps are RFC 3339 with up to nine fractional digits (any offset is
+//! accepted on input); durations are ISO 8601 (`"PT30S"`, `"PT0.000000001S"`);
+//! units are JSON integers up to `u64::MAX`.
+
+use jiff::{SignedDuration, Timestamp};
+use serde::{Deserialize, Serialize};
+use tollgate_core::{Credential, Error, EventOutcome, IngestError, Lease, Outcome, Settlement, UsageEvent, Violation};
+use tollgate_store::{AccountView, CheckReport, LegacyBoundCount, ReclaimReport, Verification};
+
+/// `{"error":{"code","message","retryable"}}`, the body of every error response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    pub code: String,
+    pub message: String,
+    pub retryable: bool,
+}
+
+impl ErrorBody {
+    pub fn new(code: &str, message: impl Into<String>, retryable: bool) -> Self {
+        Self { error: ErrorDetail { code: code.to_owned(), message: message.into(), retryable } }
+    }
+}
+
+impl From<&Error> for ErrorBody {
+    fn from(error: &Error) -> Self {
+        Self::new(error.code(), error.to_string(), error.retryable())
+    }
+}
+
+impl From<&IngestError> for ErrorBody {
+    fn from(error: &IngestError) -> Self {
+        Self::new(error.code(), error.to_string(), error.retryable())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateAccountRequest {
+    pub account_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccountBody {
+    pub account_id: String,
+    pub credited: u64,
+    pub available: u64,
+    pub reserved: u64,
+    pub consumed: u64,
+    pub overage: u64,
+    pub billed: u64,
+    pub next_fence: u64,
+    pub active_leases: u64,
+}
+
+impl From<&AccountView> for AccountBody {
+    fn from(view: &AccountView) -> Self {
+        let a = &view.account;
+        Self {
+            account_id: a.account_id.clone(),
+            credited: a.credited,
+            available: a.available,
+            reserved: a.reserved,
+            consumed: a.consumed,
+            overage: a.overage,
+            billed: a.billed,
+            next_fence: a.next_fence,
+            active_leases: view.active_leases,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreditRequest {
+    pub credit_id: String,
+    pub units: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateCredentialRequest {
+    #[serde(default)]
+    pub label: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActivityBody {
+    pub last_used_at: Option<Timestamp>,
+    pub accepted_events: u64,
+    pub accepted_units: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CredentialBody {
+    pub credential_id: String,
+    pub account_id: String,
+    pub label: String,
+    pub created_at: Timestamp,
+    pub revoked_at: Option<Timestamp>,
+    pub activity: ActivityBody,
+}
+
+impl From<&Credential> for CredentialBody {
+    fn from(c: &Credential) -> Self {
+        Self {
+            credential_id: c.credential_id.clone(),
+            account_id: c.account_id.clone(),
+            label: c.label.clone(),
+            created_at: c.created_at,
+            revoked_at: c.revoked_at,
+            activity: ActivityBody {
+                last_used_at: c.last_used_at,
+                accepted_events: c.accepted_events,
+                accepted_units: c.accepted_units,
+            },
+        }
+    }
+}
+
+/// The credential with its key, returned once at issue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IssuedCredentialBody {
+    #[serde(flatten)]
+    pub credential: CredentialBody,
+    pub key: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerifyRequest {
+    pub key: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerifyResponse {
+    pub valid: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl From<&Verification> for VerifyResponse {
+    fn from(v: &Verification) -> Self {
+        Self {
+            valid: v.valid,
+            credential_id: v.credential_id.clone(),
+            account_id: v.account_id.clone(),
+            reason: v.reason.map(str::to_owned),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcquireRequest {
+    pub units: u64,
+    pub ttl: SignedDuration,
+}
+
+/// A lease. `capability` is present only in the acquire and consolidate responses.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseBody {
+    pub lease_id: String,
+    pub account_id: String,
+    pub fencing_token: u64,
+    pub granted: u64,
+    pub used: u64,
+    pub state: String,
+    pub expires_at: Timestamp,
+    pub expiry_is_upper_bound: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capability: Option<String>,
+}
+
+impl From<&Lease> for LeaseBody {
+    fn from(l: &Lease) -> Self {
+        Self {
+            lease_id: l.lease_id.clone(),
+            account_id: l.account_id.clone(),
+            fencing_token: l.fencing_token,
+            granted: l.granted,
+            used: l.used,
+            state: l.state.as_str().to_owned(),
+            expires_at: l.expiry,
+            expiry_is_upper_bound: l.expiry_is_upper_bound,
+            capability: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseRequest {
+    pub capability: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseResponse {
+    pub lease: LeaseBody,
+    pub charged: u64,
+    pub returned: u64,
+    pub excess: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseHandleBody {
+    pub lease_id: String,
+    pub capability: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsolidateRequest {
+    pub leases: Vec<LeaseHandleBody>,
+    #[serde(default)]
+    pub extra_units: u64,
+    pub ttl: SignedDuration,
+}
+
+/// How one lease was settled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SettlementBody {
+    pub lease_id: String,
+    pub account_id: String,
+    pub charged: u64,
+    pub returned: u64,
+    pub excess: u64,
+}
+
+impl SettlementBody {
+    pub fn new(lease_id: &str, account_id: &str, s: &Settlement) -> Self {
+        Self {
+            lease_id: lease_id.to_owned(),
+            account_id: account_id.to_owned(),
+            charged: s.charged,
+            returned: s.returned,
+            excess: s.excess,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsolidateResponse {
+    pub lease: LeaseBody,
+    pub settlements: Vec<SettlementBody>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageEventBody {
+    pub request_id: String,
+    pub account_id: String,
+    pub credential_id: String,
+    pub units: u64,
+    pub occurred_at: Timestamp,
+    #[serde(default)]
+    pub lease_id: Option<String>,
+    #[serde(default)]
+    pub fencing_token: Option<u64>,
+}
+
+impl From<UsageEventBody> for UsageEvent {
+    fn from(e: UsageEventBody) -> Self {
+        Self {
+            request_id: e.request_id,
+            account_id: e.account_id,
+            credential_id: e.credential_id,
+            units: e.units,
+            occurred_at: e.occurred_at,
+            lease_id: e.lease_id,
+            fencing_token: e.fencing_token,
+        }
+    }
+}
+
+impl From<&UsageEvent> for UsageEventBody {
+    fn from(e: &UsageEvent) -> Self {
+        Self {
+            request_id: e.request_id.clone(),
+            account_id: e.account_id.clone(),
+            credential_id: e.credential_id.clone(),
+            units: e.units,
+            occurred_at: e.occurred_at,
+            lease_id: e.lease_id.clone(),
+            fencing_token: e.fencing_token,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IngestRequest {
+    pub events: Vec<UsageEventBody>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutcomeBody {
+    pub request_id: String,
+    /// `accepted`, `duplicate` or `rejected`.
+    pub outcome: String,
+    /// The rejection reason; present only for `rejected`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl From<&EventOutcome> for OutcomeBody {
+    fn from(o: &EventOutcome) -> Self {
+        let reason = match o.outcome {
+            Outcome::Rejected(reason) => Some(reason.code().to_owned()),
+            Outcome::Accepted | Outcome::Duplicate => None,
+        };
+        Self { request_id: o.request_id.clone(), outcome: o.outcome.code().to_owned(), reason }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IngestResponse {
+    pub outcomes: Vec<OutcomeBody>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReclaimResponse {
+    pub reclaimed: Vec<SettlementBody>,
+    /// True when the pass hit its bound and more leases may be due.
+    pub full: bool,
+}
+
+impl From<&ReclaimReport> for ReclaimResponse {
+    fn from(r: &ReclaimReport) -> Self {
+        Self {
+            reclaimed: r.reclaimed.iter().map(|l| SettlementBody::new(&l.lease_id, &l.account_id, &l.settlement)).collect(),
+            full: r.is_full(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ViolationBody {
+    pub account_id: String,
+    pub equation: String,
+    /// Both sides as decimal strings: a corrupt store may exceed `u64`.
+    pub left: String,
+    pub right: String,
+}
+
+impl From<&Violation> for ViolationBody {
+    fn from(v: &Violation) -> Self {
+        Self {
+            account_id: v.account_id.clone(),
+            equation: v.equation.code().to_owned(),
+            left: v.left.to_string(),
+            right: v.right.to_string(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LegacyBoundBody {
+    pub state: String,
+    pub expiry_is_upper_bound: bool,
+    pub count: u64,
+}
+
+impl From<&LegacyBoundCount> for LegacyBoundBody {
+    fn from(c: &LegacyBoundCount) -> Self {
+        Self { state: c.state.as_str().to_owned(), expiry_is_upper_bound: c.expiry_is_upper_bound, count: c.count }
+    }
+}
+
+/// Conservation and legacy-bound part of `GET /v1/admin/check`; the server adds
+/// storage and migration readiness beside it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LedgerCheckBody {
+    pub accounts_checked: u64,
+    pub violations: Vec<ViolationBody>,
+    pub legacy_bounds: Vec<LegacyBoundBody>,
+}
+
+impl From<&CheckReport> for LedgerCheckBody {
+    fn from(r: &CheckReport) -> Self {
+        Self {
+            accounts_checked: r.accounts_checked,
+            violations: r.violations.iter().map(ViolationBody::from).collect(),
+            legacy_bounds: r.legacy_bounds.iter().map(LegacyBoundBody::from).collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_formats_keep_nanoseconds_and_iso_durations() {
+        let body: AcquireRequest = serde_json::from_str(r#"{"units":18446744073709551615,"ttl":"PT0.000000001S"}"#).unwrap();
+        assert_eq!(body.units, u64::MAX);
+        assert_eq!(body.ttl, SignedDuration::from_nanos(1));
+        let json = serde_json::to_string(&body).unwrap();
+        let back: AcquireRequest = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, body);
+        assert!(json.contains("\"PT"), "{json}");
+
+        let event: UsageEventBody = serde_json::from_str(
+            r#"{"request_id":"r","account_id":"a","credential_id":"c","units":0,"occurred_at":"2024-01-01T05:00:00.123456789+05:00"}"#,
+        )
+        .unwrap();
+        assert_eq!(event.occurred_at, "2024-01-01T00:00:00.123456789Z".parse::<Timestamp>().unwrap());
+        assert_eq!((event.lease_id, event.fencing_token), (None, None));
+        let ts: Timestamp = "1969-12-31T23:59:59.999999999Z".parse().unwrap();
+        assert_eq!(serde_json::to_string(&ts).unwrap(), r#""1969-12-31T23:59:59.999999999Z""#);
+    }
+
+    #[test]
+    fn outcome_reason_is_present_only_for_rejections() {
+        let accepted = OutcomeBody::from(&EventOutcome { request_id: "a".into(), outcome: Outcome::Accepted });
+        assert_eq!(serde_json::to_string(&accepted).unwrap(), r#"{"request_id":"a","outcome":"accepted"}"#);
+        let rejected = OutcomeBody::from(&EventOutcome {
+            request_id: "b".into(),
+            outcome: Outcome::Rejected(tollgate_core::RejectReason::FenceMismatch),
+        });
+        assert_eq!(
+            serde_json::to_string(&rejected).unwrap(),
+            r#"{"request_id":"b","outcome":"rejected","reason":"fence_mismatch"}"#
+        );
+    }
+}
