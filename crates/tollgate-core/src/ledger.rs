@@ -418,3 +418,234 @@ impl Credential {
         self.revoked_at.is_some_and(|revoked_at| revoked_at <= occurred_at)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const D: UnitDomain = UnitDomain::U64;
+
+    fn policy(grace_ns: i64) -> GrantPolicy {
+        GrantPolicy::new(SignedDuration::from_secs(60), SignedDuration::from_nanos(grace_ns), 10).unwrap()
+    }
+
+    fn at(ns: i128) -> Timestamp {
+        Timestamp::from_nanosecond(ns).unwrap()
+    }
+
+    fn funded(units: u64) -> Account {
+        let mut account = Account::new("a".into());
+        account.credit(units, D).unwrap();
+        account
+    }
+
+    fn lease(granted: u64, used: u64, state: LeaseState, expiry_ns: i128) -> Lease {
+        Lease {
+            lease_id: format!("l{granted}-{used}"),
+            account_id: "a".into(),
+            fencing_token: 1,
+            granted,
+            used,
+            state,
+            expiry: at(expiry_ns),
+            expiry_is_upper_bound: false,
+        }
+    }
+
+    #[test]
+    fn states_parse_and_display_their_codes() {
+        for (state, code) in [
+            (LeaseState::Active, "active"),
+            (LeaseState::Released, "released"),
+            (LeaseState::Reclaimed, "reclaimed"),
+            (LeaseState::Consolidated, "consolidated"),
+        ] {
+            assert_eq!(state.as_str(), code);
+            assert_eq!(state.to_string(), code);
+            assert_eq!(LeaseState::parse(code), Some(state));
+        }
+        assert_eq!(LeaseState::parse("expired"), None);
+    }
+
+    #[test]
+    fn settlement_splits_without_creating_units() {
+        assert_eq!(settle(10, 4), Settlement { charged: 4, returned: 6, excess: 0 });
+        assert_eq!(settle(10, 10), Settlement { charged: 10, returned: 0, excess: 0 });
+        assert_eq!(settle(10, 15), Settlement { charged: 10, returned: 0, excess: 5 });
+        assert_eq!(settle(0, 3), Settlement { charged: 0, returned: 0, excess: 3 });
+        assert_eq!(settle(u64::MAX, u64::MAX), Settlement { charged: u64::MAX, returned: 0, excess: 0 });
+    }
+
+    #[test]
+    fn credit_validates_and_checks_both_counters() {
+        let mut account = Account::new("a".into());
+        assert_eq!(account.credit(0, D), Err(Error::InvalidUnits));
+        assert_eq!(account.credit(u64::MAX, UnitDomain::I64), Err(Error::UnitsOutOfRange { units: u64::MAX, max: i64::MAX as u64 }));
+        account.credit(7, D).unwrap();
+        assert_eq!((account.credited, account.available), (7, 7));
+        assert_eq!(account.credit(u64::MAX, D), Err(Error::CounterOverflow { counter: "credited" }));
+        account.available = u64::MAX - 1;
+        account.credited = 0;
+        assert_eq!(account.credit(2, D), Err(Error::CounterOverflow { counter: "available" }));
+        assert_eq!((account.credited, account.available), (0, u64::MAX - 1));
+    }
+
+    #[test]
+    fn acquire_moves_units_and_takes_the_fence() {
+        let mut account = funded(10);
+        let grant = acquire(&mut account, 4, SignedDuration::from_nanos(5), at(100), &policy(0), D).unwrap();
+        assert_eq!(grant, Grant { fencing_token: 1, granted: 4, expiry: at(105) });
+        assert_eq!((account.available, account.reserved, account.next_fence), (6, 4, 2));
+        let lease = grant.into_lease("l".into(), "a".into());
+        assert_eq!((lease.used, lease.state, lease.expiry_is_upper_bound), (0, LeaseState::Active, false));
+
+        let before = account.clone();
+        assert_eq!(acquire(&mut account, 7, SignedDuration::from_secs(1), at(0), &policy(0), D), Err(Error::InsufficientBalance { available: 6, requested: 7 }));
+        assert_eq!(acquire(&mut account, 6, SignedDuration::from_nanos(1), Timestamp::MAX, &policy(0), D), Err(Error::ExpiryOutOfRange));
+        account.next_fence = 0;
+        assert!(matches!(acquire(&mut account, 1, SignedDuration::from_secs(1), at(0), &policy(0), D), Err(Error::StorageCorrupt(_))));
+        account.next_fence = u64::MAX;
+        assert_eq!(acquire(&mut account, 1, SignedDuration::from_secs(1), at(0), &policy(0), D), Err(Error::CounterOverflow { counter: "next_fence" }));
+        account.next_fence = before.next_fence;
+        assert_eq!(account, before);
+        // Exactly the available balance is grantable.
+        acquire(&mut account, 6, SignedDuration::from_secs(1), at(0), &policy(0), D).unwrap();
+        assert_eq!(account.available, 0);
+    }
+
+    #[test]
+    fn release_and_reclaim_follow_the_boundary() {
+        let p = policy(10);
+        let mut account = funded(10);
+        acquire(&mut account, 10, SignedDuration::from_nanos(100), at(0), &p, D).unwrap();
+        let mut l = lease(10, 12, LeaseState::Active, 100);
+        account.billed = 12;
+
+        let mut early = l.clone();
+        let mut untouched = account.clone();
+        assert_eq!(reclaim(&mut untouched, &mut early, at(109), &p, D), Ok(None));
+        assert_eq!((untouched.clone(), early.state), (account.clone(), LeaseState::Active));
+        assert_eq!(release(&mut untouched, &mut early, at(110), &p, D), Err(Error::LeaseExpired));
+
+        let mut released_account = account.clone();
+        let mut released = l.clone();
+        assert_eq!(release(&mut released_account, &mut released, at(109), &p, D), Ok(Settlement { charged: 10, returned: 0, excess: 2 }));
+        assert_eq!(released.state, LeaseState::Released);
+        assert_eq!((released_account.available, released_account.reserved, released_account.consumed, released_account.overage), (0, 0, 10, 2));
+        assert!(check_conservation(&released_account, [&released]).is_empty());
+        assert_eq!(release(&mut released_account, &mut released, at(109), &p, D), Err(Error::LeaseNotActive { state: LeaseState::Released }));
+        assert_eq!(reclaim(&mut released_account, &mut released, at(500), &p, D), Ok(None));
+
+        assert_eq!(reclaim(&mut account, &mut l, at(110), &p, D), Ok(Some(Settlement { charged: 10, returned: 0, excess: 2 })));
+        assert_eq!(l.state, LeaseState::Reclaimed);
+        assert!(check_conservation(&account, [&l]).is_empty());
+    }
+
+    #[test]
+    fn settling_a_lease_of_another_account_or_over_reserved_is_corrupt() {
+        let p = policy(0);
+        let mut account = funded(10);
+        let mut foreign = lease(5, 0, LeaseState::Active, 100);
+        foreign.account_id = "b".into();
+        assert!(matches!(release(&mut account, &mut foreign, at(0), &p, D), Err(Error::StorageCorrupt(_))));
+        let mut over = lease(5, 0, LeaseState::Active, 100);
+        assert!(matches!(release(&mut account, &mut over, at(0), &p, D), Err(Error::StorageCorrupt(_))));
+        assert_eq!(over.state, LeaseState::Active);
+        assert_eq!(account, funded(10));
+    }
+
+    #[test]
+    fn consolidation_checks_everything_before_settling() {
+        let p = policy(0);
+        let ttl = SignedDuration::from_nanos(50);
+        let mut account = funded(30);
+        acquire(&mut account, 10, ttl, at(0), &p, D).unwrap();
+        acquire(&mut account, 10, ttl, at(0), &p, D).unwrap();
+        let mut a = lease(10, 3, LeaseState::Active, 50);
+        a.lease_id = "a1".into();
+        let mut b = lease(10, 12, LeaseState::Active, 50);
+        b.lease_id = "b1".into();
+        b.fencing_token = 2;
+        account.billed = 15;
+        let start = account.clone();
+
+        let mut sources = [a.clone(), a.clone()];
+        assert_eq!(consolidate(&mut account, &mut sources, 0, ttl, at(1), &p, D), Err(Error::DuplicateSourceLease { lease_id: "a1".into() }));
+        assert_eq!(consolidate(&mut account, &mut [], 0, ttl, at(1), &p, D), Err(Error::NoSourceLeases));
+        let mut sources = [a.clone(), b.clone()];
+        assert_eq!(consolidate(&mut account, &mut sources, 11, ttl, at(1), &p, D), Err(Error::InsufficientBalance { available: 10, requested: 11 }));
+        assert_eq!(consolidate(&mut account, &mut sources, 0, ttl, at(50), &p, D), Err(Error::LeaseExpired));
+        assert_eq!(consolidate(&mut account, &mut sources, 0, ttl, Timestamp::MAX, &p, D), Err(Error::ExpiryOutOfRange));
+        assert_eq!(consolidate(&mut account, &mut sources, u64::MAX, ttl, at(1), &p, UnitDomain::I64), Err(Error::UnitsOutOfRange { units: u64::MAX, max: i64::MAX as u64 }));
+        let mut fully_used = [b.clone()];
+        assert_eq!(consolidate(&mut account, &mut fully_used, 0, ttl, at(1), &p, D), Err(Error::InvalidUnits));
+        let mut mixed = [a.clone(), b.clone()];
+        mixed[1].account_id = "b".into();
+        assert_eq!(consolidate(&mut account, &mut mixed, 0, ttl, at(1), &p, D), Err(Error::MixedAccounts));
+        let mut inactive = [a.clone(), b.clone()];
+        inactive[1].state = LeaseState::Reclaimed;
+        assert_eq!(consolidate(&mut account, &mut inactive, 0, ttl, at(1), &p, D), Err(Error::LeaseNotActive { state: LeaseState::Reclaimed }));
+        assert_eq!(account, start);
+        assert!(sources.iter().all(|l| l.state == LeaseState::Active));
+
+        let (grant, settlements) = consolidate(&mut account, &mut sources, 10, ttl, at(1), &p, D).unwrap();
+        assert_eq!(grant, Grant { fencing_token: 3, granted: 17, expiry: at(51) });
+        assert_eq!(settlements, [Settlement { charged: 3, returned: 7, excess: 0 }, Settlement { charged: 10, returned: 0, excess: 2 }]);
+        assert_eq!((account.available, account.reserved, account.consumed, account.overage, account.next_fence), (0, 17, 13, 2, 4));
+        assert!(sources.iter().all(|l| l.state == LeaseState::Consolidated));
+        let new_lease = grant.into_lease("n".into(), "a".into());
+        assert!(check_conservation(&account, sources.iter().chain([&new_lease])).is_empty());
+    }
+
+    #[test]
+    fn checker_names_each_violated_equation() {
+        let mut account = funded(10);
+        let active = lease(4, 1, LeaseState::Active, 0);
+        let settled = lease(100, 100, LeaseState::Released, 0);
+        account.available = 6;
+        account.reserved = 4;
+        account.billed = 1;
+        assert!(check_conservation(&account, [&active, &settled]).is_empty());
+
+        let mut broken = account.clone();
+        broken.available = 5;
+        let v = check_conservation(&broken, [&active]);
+        assert_eq!(v, [Violation { account_id: "a".into(), equation: Equation::Balance, left: 10, right: 9 }]);
+        assert_eq!(v[0].to_string(), "account a: credited_eq_available_reserved_consumed violated (10 != 9)");
+
+        let v = check_conservation(&account, [&active, &active]);
+        let equations: Vec<_> = v.iter().map(|v| (v.equation, v.left, v.right)).collect();
+        assert_eq!(equations, [(Equation::Reserved, 4, 8), (Equation::Billed, 1, 2)]);
+        assert_eq!(Equation::Reserved.code(), "reserved_eq_active_granted");
+        assert_eq!(Equation::Billed.code(), "billed_eq_consumed_overage_active_used");
+
+        let mut huge = account.clone();
+        huge.credited = u64::MAX;
+        huge.available = u64::MAX;
+        huge.consumed = 1;
+        huge.reserved = 0;
+        let v = check_conservation(&huge, []);
+        assert_eq!(v[0].right, u128::from(u64::MAX) + 1);
+    }
+
+    #[test]
+    fn revocation_keeps_the_first_time_and_spares_earlier_usage() {
+        let mut c = Credential {
+            credential_id: "c".into(),
+            account_id: "a".into(),
+            label: String::new(),
+            created_at: at(0),
+            revoked_at: None,
+            last_used_at: None,
+            accepted_events: 0,
+            accepted_units: 0,
+        };
+        assert!(!c.is_revoked_at(at(1_000)));
+        c.revoke(at(10));
+        c.revoke(at(20));
+        assert_eq!(c.revoked_at, Some(at(10)));
+        assert!(!c.is_revoked_at(at(9)));
+        assert!(c.is_revoked_at(at(10)));
+        assert!(c.is_revoked_at(at(11)));
+    }
+}
