@@ -272,3 +272,164 @@ fn apply(plan: &mut IngestPlan, event: &UsageEvent, domain: UnitDomain, view: &i
     credential.last_used_at = credential.last_used_at.max(Some(event.occurred_at));
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use jiff::SignedDuration;
+
+    use super::*;
+
+    fn at(ns: i128) -> Timestamp {
+        Timestamp::from_nanosecond(ns).unwrap()
+    }
+
+    fn snapshot() -> UsageSnapshot {
+        let mut view = UsageSnapshot::default();
+        view.accounts.insert("a".into(), Account::new("a".into()));
+        view.credentials.insert(
+            "c".into(),
+            Credential {
+                credential_id: "c".into(),
+                account_id: "a".into(),
+                label: String::new(),
+                created_at: at(0),
+                revoked_at: None,
+                last_used_at: None,
+                accepted_events: 0,
+                accepted_units: 0,
+            },
+        );
+        view
+    }
+
+    fn event(request_id: &str, units: u64) -> UsageEvent {
+        UsageEvent {
+            request_id: request_id.into(),
+            account_id: "a".into(),
+            credential_id: "c".into(),
+            units,
+            occurred_at: at(5),
+            lease_id: None,
+            fencing_token: None,
+        }
+    }
+
+    fn policy() -> GrantPolicy {
+        GrantPolicy::new(SignedDuration::from_secs(1), SignedDuration::ZERO, 1).unwrap()
+    }
+
+    #[test]
+    fn reasons_and_outcomes_have_stable_codes() {
+        for reason in RejectReason::ALL {
+            assert_eq!(RejectReason::parse(reason.code()), Some(reason));
+        }
+        assert_eq!(RejectReason::parse("accepted"), None);
+        assert_eq!(RejectReason::UnitsOutOfRange.code(), "units_out_of_range");
+        let outcomes = [Outcome::Accepted, Outcome::Duplicate, Outcome::Rejected(RejectReason::LeaseExpired)];
+        let codes: Vec<_> = outcomes.iter().map(|o| o.code()).collect();
+        assert_eq!(codes, ["accepted", "duplicate", "rejected"]);
+    }
+
+    #[test]
+    fn batch_bound_is_inclusive() {
+        let view = snapshot();
+        let full: Vec<_> = (0..BATCH_EVENTS_MAX).map(|i| event(&i.to_string(), 1)).collect();
+        let plan = classify(&full, at(0), &policy(), UnitDomain::U64, &view).unwrap();
+        assert_eq!(plan.accepted.len(), BATCH_EVENTS_MAX);
+        assert_eq!(plan.accounts["a"].billed, BATCH_EVENTS_MAX as u64);
+        let mut over = full;
+        over.push(event("one-more", 1));
+        assert_eq!(
+            classify(&over, at(0), &policy(), UnitDomain::U64, &view),
+            Err(IngestError::BatchTooLarge { events: BATCH_EVENTS_MAX + 1, max: BATCH_EVENTS_MAX })
+        );
+    }
+
+    #[test]
+    fn plan_holds_new_values_and_accepted_indices() {
+        let mut view = snapshot();
+        view.recorded.insert(("a".into(), "old".into()));
+        let batch = [event("x", 3), event("old", 1), event("y", 0)];
+        let plan = classify(&batch, at(0), &policy(), UnitDomain::U64, &view).unwrap();
+        assert_eq!(plan.accepted, [0, 2]);
+        let outcomes: Vec<_> = plan.outcomes.iter().map(|o| (o.request_id.as_str(), o.outcome)).collect();
+        assert_eq!(outcomes, [("x", Outcome::Accepted), ("old", Outcome::Duplicate), ("y", Outcome::Accepted)]);
+        let account = &plan.accounts["a"];
+        assert_eq!((account.billed, account.overage), (3, 3));
+        let credential = &plan.credentials["c"];
+        assert_eq!((credential.accepted_events, credential.accepted_units, credential.last_used_at), (2, 3, Some(at(5))));
+        assert!(plan.leases.is_empty());
+    }
+
+    #[test]
+    fn refusal_names_the_counter() {
+        let mut view = snapshot();
+        let lease = Lease {
+            lease_id: "l".into(),
+            account_id: "a".into(),
+            fencing_token: 1,
+            granted: 1,
+            used: 0,
+            state: LeaseState::Active,
+            expiry: at(100),
+            expiry_is_upper_bound: false,
+        };
+        view.leases.insert("l".into(), lease);
+        let max = UnitDomain::I64.max();
+        let run = |view: &UsageSnapshot, batch: &[UsageEvent]| classify(batch, at(0), &policy(), UnitDomain::I64, view);
+        assert_eq!(run(&view, &[event("a", max), event("b", 1)]), Err(IngestError::Refused { counter: "billed" }));
+
+        let mut leased = event("l", max);
+        leased.lease_id = Some("l".into());
+        leased.fencing_token = Some(1);
+        view.leases.get_mut("l").unwrap().used = 1;
+        assert_eq!(run(&view, &[leased.clone()]), Err(IngestError::Refused { counter: "lease_used" }));
+        view.leases.get_mut("l").unwrap().used = 0;
+
+        view.accounts.get_mut("a").unwrap().overage = 1;
+        assert_eq!(run(&view, &[event("o", max)]), Err(IngestError::Refused { counter: "overage" }));
+        view.accounts.get_mut("a").unwrap().overage = 0;
+
+        view.credentials.get_mut("c").unwrap().accepted_units = 1;
+        assert_eq!(run(&view, &[event("u", max)]), Err(IngestError::Refused { counter: "credential_accepted_units" }));
+        let credential = view.credentials.get_mut("c").unwrap();
+        credential.accepted_units = 0;
+        credential.accepted_events = max;
+        assert_eq!(run(&view, &[event("e", 0)]), Err(IngestError::Refused { counter: "credential_accepted_events" }));
+    }
+
+    #[test]
+    fn lease_checks_run_in_order() {
+        let mut view = snapshot();
+        let lease = Lease {
+            lease_id: "l".into(),
+            account_id: "a".into(),
+            fencing_token: 7,
+            granted: 1,
+            used: 0,
+            state: LeaseState::Active,
+            expiry: at(100),
+            expiry_is_upper_bound: false,
+        };
+        let mut foreign = lease.clone();
+        foreign.lease_id = "f".into();
+        foreign.account_id = "b".into();
+        view.leases.insert("l".into(), lease);
+        view.leases.insert("f".into(), foreign);
+        let funded = |lease_id: &str, fence: u64| {
+            let mut e = event("r", 1);
+            e.lease_id = Some(lease_id.into());
+            e.fencing_token = Some(fence);
+            e
+        };
+        let reason = |view: &UsageSnapshot, e: UsageEvent, now: i128| {
+            classify(&[e], at(now), &policy(), UnitDomain::U64, view).unwrap().outcomes[0].outcome
+        };
+        assert_eq!(reason(&view, funded("f", 7), 0), Outcome::Rejected(RejectReason::UnknownLease));
+        assert_eq!(reason(&view, funded("l", 8), 0), Outcome::Rejected(RejectReason::FenceMismatch));
+        assert_eq!(reason(&view, funded("l", 7), 99), Outcome::Accepted);
+        assert_eq!(reason(&view, funded("l", 7), 100), Outcome::Rejected(RejectReason::LeaseExpired));
+        view.leases.get_mut("l").unwrap().state = LeaseState::Released;
+        assert_eq!(reason(&view, funded("l", 7), 100), Outcome::Rejected(RejectReason::LeaseNotActive));
+    }
+}
