@@ -208,9 +208,9 @@ mod tests {
             GrantPolicy::new(s(1), s(0), RECLAIM_BATCH_LIMIT + 1),
             Err(PolicyError::ReclaimBatchMaxOutOfRange { value: RECLAIM_BATCH_LIMIT + 1, limit: RECLAIM_BATCH_LIMIT })
         );
-        let edge = GrantPolicy::new(SignedDuration::from_nanos(1), s(0), RECLAIM_BATCH_LIMIT).unwrap();
+        let edge = GrantPolicy::new(SignedDuration::from_nanos(1), SignedDuration::from_nanos(7), RECLAIM_BATCH_LIMIT).unwrap();
         assert_eq!(edge.max_ttl(), SignedDuration::from_nanos(1));
-        assert_eq!(edge.reclaim_grace(), s(0));
+        assert_eq!(edge.reclaim_grace(), SignedDuration::from_nanos(7));
         assert_eq!(edge.reclaim_batch_max(), RECLAIM_BATCH_LIMIT);
         assert!(GrantPolicy::new(s(1), s(0), 1).is_ok());
         assert!(GrantPolicy::new(s(1), SignedDuration::MAX, 1).is_ok());

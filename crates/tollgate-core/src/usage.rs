@@ -173,7 +173,8 @@ pub fn classify(
     if batch.len() > BATCH_EVENTS_MAX {
         return Err(IngestError::BatchTooLarge { events: batch.len(), max: BATCH_EVENTS_MAX });
     }
-    let mut plan = IngestPlan { outcomes: Vec::with_capacity(batch.len()), ..IngestPlan::default() };
+    let mut plan = IngestPlan::default();
+    plan.outcomes.reserve(batch.len());
     let mut claimed: HashSet<(&str, &str)> = HashSet::new();
     for (index, event) in batch.iter().enumerate() {
         let key = (event.account_id.as_str(), event.request_id.as_str());
