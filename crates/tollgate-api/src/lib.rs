@@ -8,15 +8,19 @@
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 use tollgate_core::{Credential, Error, EventOutcome, IngestError, Lease, Outcome, Settlement, UsageEvent, Violation};
-use tollgate_store::{AccountView, CheckReport, LegacyBoundCount, ReclaimReport, Verification};
+use tollgate_store::{
+    AccountView, CheckReport, GuardViolation, LegacyBoundCount, MigrationStatus, ReclaimReport, StorageStatus,
+    Verification,
+};
+use utoipa::ToSchema;
 
 /// `{"error":{"code","message","retryable"}}`, the body of every error response.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorDetail {
     pub code: String,
     pub message: String,
@@ -41,12 +45,12 @@ impl From<&IngestError> for ErrorBody {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct CreateAccountRequest {
     pub account_id: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct AccountBody {
     pub account_id: String,
     pub credited: u64,
@@ -76,31 +80,34 @@ impl From<&AccountView> for AccountBody {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct CreditRequest {
     pub credit_id: String,
     pub units: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct CreateCredentialRequest {
     #[serde(default)]
     pub label: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ActivityBody {
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub last_used_at: Option<Timestamp>,
     pub accepted_events: u64,
     pub accepted_units: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct CredentialBody {
     pub credential_id: String,
     pub account_id: String,
     pub label: String,
+    #[schema(value_type = String, format = DateTime)]
     pub created_at: Timestamp,
+    #[schema(value_type = Option<String>, format = DateTime)]
     pub revoked_at: Option<Timestamp>,
     pub activity: ActivityBody,
 }
@@ -123,19 +130,19 @@ impl From<&Credential> for CredentialBody {
 }
 
 /// The credential with its key, returned once at issue.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct IssuedCredentialBody {
     #[serde(flatten)]
     pub credential: CredentialBody,
     pub key: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct VerifyRequest {
     pub key: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct VerifyResponse {
     pub valid: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -157,14 +164,15 @@ impl From<&Verification> for VerifyResponse {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct AcquireRequest {
     pub units: u64,
+    #[schema(value_type = String, format = "duration", example = "PT30S")]
     pub ttl: SignedDuration,
 }
 
 /// A lease. `capability` is present only in the acquire and consolidate responses.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct LeaseBody {
     pub lease_id: String,
     pub account_id: String,
@@ -172,6 +180,7 @@ pub struct LeaseBody {
     pub granted: u64,
     pub used: u64,
     pub state: String,
+    #[schema(value_type = String, format = DateTime)]
     pub expires_at: Timestamp,
     pub expiry_is_upper_bound: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -194,12 +203,12 @@ impl From<&Lease> for LeaseBody {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ReleaseRequest {
     pub capability: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ReleaseResponse {
     pub lease: LeaseBody,
     pub charged: u64,
@@ -207,22 +216,23 @@ pub struct ReleaseResponse {
     pub excess: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct LeaseHandleBody {
     pub lease_id: String,
     pub capability: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ConsolidateRequest {
     pub leases: Vec<LeaseHandleBody>,
     #[serde(default)]
     pub extra_units: u64,
+    #[schema(value_type = String, format = "duration", example = "PT30S")]
     pub ttl: SignedDuration,
 }
 
 /// How one lease was settled.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct SettlementBody {
     pub lease_id: String,
     pub account_id: String,
@@ -243,18 +253,19 @@ impl SettlementBody {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ConsolidateResponse {
     pub lease: LeaseBody,
     pub settlements: Vec<SettlementBody>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct UsageEventBody {
     pub request_id: String,
     pub account_id: String,
     pub credential_id: String,
     pub units: u64,
+    #[schema(value_type = String, format = DateTime)]
     pub occurred_at: Timestamp,
     #[serde(default)]
     pub lease_id: Option<String>,
@@ -290,12 +301,12 @@ impl From<&UsageEvent> for UsageEventBody {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct IngestRequest {
     pub events: Vec<UsageEventBody>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct OutcomeBody {
     pub request_id: String,
     /// `accepted`, `duplicate` or `rejected`.
@@ -315,12 +326,12 @@ impl From<&EventOutcome> for OutcomeBody {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct IngestResponse {
     pub outcomes: Vec<OutcomeBody>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ReclaimResponse {
     pub reclaimed: Vec<SettlementBody>,
     /// True when the pass hit its bound and more leases may be due.
@@ -330,13 +341,17 @@ pub struct ReclaimResponse {
 impl From<&ReclaimReport> for ReclaimResponse {
     fn from(r: &ReclaimReport) -> Self {
         Self {
-            reclaimed: r.reclaimed.iter().map(|l| SettlementBody::new(&l.lease_id, &l.account_id, &l.settlement)).collect(),
+            reclaimed: r
+                .reclaimed
+                .iter()
+                .map(|l| SettlementBody::new(&l.lease_id, &l.account_id, &l.settlement))
+                .collect(),
             full: r.is_full(),
         }
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ViolationBody {
     pub account_id: String,
     pub equation: String,
@@ -356,7 +371,7 @@ impl From<&Violation> for ViolationBody {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct LegacyBoundBody {
     pub state: String,
     pub expiry_is_upper_bound: bool,
@@ -369,12 +384,29 @@ impl From<&LegacyBoundCount> for LegacyBoundBody {
     }
 }
 
-/// Conservation and legacy-bound part of `GET /v1/admin/check`; the server adds
-/// storage and migration readiness beside it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A stored row that a database guard forbids, found by the read-only
+/// inspection queries of seed 003.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct GuardViolationBody {
+    pub table: String,
+    pub key: String,
+    pub column: String,
+    pub value: i64,
+}
+
+impl From<&GuardViolation> for GuardViolationBody {
+    fn from(g: &GuardViolation) -> Self {
+        Self { table: g.table.clone(), key: g.key.clone(), column: g.column.clone(), value: g.value }
+    }
+}
+
+/// Conservation and legacy-bound part of `GET /v1/admin/check`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct LedgerCheckBody {
     pub accounts_checked: u64,
+    /// Every violated equation of every account; empty when all hold.
     pub violations: Vec<ViolationBody>,
+    /// `(state, expiry_is_upper_bound, count)` over every stored lease.
     pub legacy_bounds: Vec<LegacyBoundBody>,
 }
 
@@ -388,13 +420,119 @@ impl From<&CheckReport> for LedgerCheckBody {
     }
 }
 
+/// Migration versions: what the database records and what this binary carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct MigrationsBody {
+    pub applied: Vec<i64>,
+    pub known: Vec<i64>,
+    /// Known but not applied yet: run `tollgate migrate`.
+    pub pending: Vec<i64>,
+    /// Applied but unknown to this binary: a newer binary migrated the database.
+    pub unknown: Vec<i64>,
+    pub current: bool,
+}
+
+impl From<&MigrationStatus> for MigrationsBody {
+    fn from(m: &MigrationStatus) -> Self {
+        Self {
+            applied: m.applied.clone(),
+            known: m.known.clone(),
+            pending: m.pending(),
+            unknown: m.unknown(),
+            current: m.is_current(),
+        }
+    }
+}
+
+/// Whether storage answers, and its schema state where it has one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct StorageBody {
+    /// `memory` or `postgres`.
+    pub backend: String,
+    pub reachable: bool,
+    /// Why storage could not be reached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Absent for stores without a schema.
+    #[serde(default)]
+    pub migrations: Option<MigrationsBody>,
+}
+
+impl StorageBody {
+    pub fn from_status(status: &StorageStatus) -> Self {
+        Self {
+            backend: status.backend.to_owned(),
+            reachable: true,
+            error: None,
+            migrations: status.migrations.as_ref().map(MigrationsBody::from),
+        }
+    }
+
+    /// Reachable, and the schema (if any) is exactly the one this binary knows.
+    pub fn is_ready(&self) -> bool {
+        self.reachable && self.migrations.as_ref().is_none_or(|m| m.current)
+    }
+}
+
+/// `GET /v1/admin/check` and `tollgate check --json`: what an operator checks
+/// before resuming traffic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct CheckBody {
+    /// True when storage is ready, every equation holds and no stored row
+    /// breaks a database guard.
+    pub ok: bool,
+    pub storage: StorageBody,
+    /// Absent when the ledger could not be checked (storage unreachable or
+    /// its schema not current).
+    #[serde(default)]
+    pub ledger: Option<LedgerCheckBody>,
+    /// Stored rows that a database guard forbids (seed 003's inspection).
+    /// Absent when they could not be inspected; always empty on the memory
+    /// store, whose types cannot hold such rows.
+    #[serde(default)]
+    pub guard_violations: Option<Vec<GuardViolationBody>>,
+}
+
+impl CheckBody {
+    pub fn new(
+        storage: StorageBody,
+        ledger: Option<LedgerCheckBody>,
+        guard_violations: Option<Vec<GuardViolationBody>>,
+    ) -> Self {
+        let ok = storage.is_ready()
+            && ledger.as_ref().is_some_and(|l| l.violations.is_empty())
+            && guard_violations.as_ref().is_some_and(Vec::is_empty);
+        Self { ok, storage, ledger, guard_violations }
+    }
+
+    /// The report of a store's `check` on ready storage.
+    pub fn from_report(storage: StorageBody, report: &CheckReport) -> Self {
+        let guards = report.guard_violations.iter().map(GuardViolationBody::from).collect();
+        Self::new(storage, Some(LedgerCheckBody::from(report)), Some(guards))
+    }
+}
+
+/// `GET /healthz`: the process is up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct HealthBody {
+    pub status: String,
+}
+
+/// `GET /readyz`: storage answers and its schema is current.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ReadyBody {
+    pub ready: bool,
+    pub storage: StorageBody,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn wire_formats_keep_nanoseconds_and_iso_durations() {
-        let body: AcquireRequest = serde_json::from_str(r#"{"units":18446744073709551615,"ttl":"PT0.000000001S"}"#).unwrap();
+        let body: AcquireRequest =
+            serde_json::from_str(r#"{"units":18446744073709551615,"ttl":"PT0.000000001S"}"#).unwrap();
         assert_eq!(body.units, u64::MAX);
         assert_eq!(body.ttl, SignedDuration::from_nanos(1));
         let json = serde_json::to_string(&body).unwrap();

@@ -43,7 +43,8 @@ pub async fn nanosecond_ttl_and_grace<F: StoreFactory>(f: &F) {
     assert_eq!(lease.lease.state, LeaseState::Active);
     assert!(!lease.lease.expiry_is_upper_bound);
     assert_eq!(s.lease(&lease.lease.lease_id).await.unwrap(), lease.lease);
-    let held = Ledger { credited: 100, available: 90, reserved: 10, next_fence: 2, active_leases: 1, ..Ledger::default() };
+    let held =
+        Ledger { credited: 100, available: 90, reserved: 10, next_fence: 2, active_leases: 1, ..Ledger::default() };
     assert_ledger(&s, "acct", held).await;
 
     assert!(s.reclaim(ts(e + 998), 100).await.unwrap().reclaimed.is_empty());
@@ -52,7 +53,11 @@ pub async fn nanosecond_ttl_and_grace<F: StoreFactory>(f: &F) {
     let report = s.reclaim(ts(e + 999), 100).await.unwrap();
     assert_eq!(
         report.reclaimed,
-        vec![ReclaimedLease { lease_id: lease.lease.lease_id.clone(), account_id: "acct".into(), settlement: settled(0, 10, 0) }]
+        vec![ReclaimedLease {
+            lease_id: lease.lease.lease_id.clone(),
+            account_id: "acct".into(),
+            settlement: settled(0, 10, 0)
+        }]
     );
     assert_eq!(s.lease(&lease.lease.lease_id).await.unwrap().state, LeaseState::Reclaimed);
     assert_ledger(&s, "acct", Ledger { credited: 100, available: 100, next_fence: 2, ..Ledger::default() }).await;
@@ -71,7 +76,14 @@ pub async fn ttl_above_max_is_clamped_exactly<F: StoreFactory>(f: &F) {
         assert_ledger(
             &s,
             "acct",
-            Ledger { credited: 10, available: 10 - fence, reserved: fence, next_fence: fence + 1, active_leases: fence, ..Ledger::default() },
+            Ledger {
+                credited: 10,
+                available: 10 - fence,
+                reserved: fence,
+                next_fence: fence + 1,
+                active_leases: fence,
+                ..Ledger::default()
+            },
         )
         .await;
     }
@@ -118,9 +130,17 @@ pub async fn acquire_before_the_epoch_and_at_both_domain_endpoints<F: StoreFacto
     let at_max = s.acquire("acct", 10, nanos(1), Timestamp::MAX - nanos(1)).await.unwrap();
     assert_eq!(at_max.lease.expiry, Timestamp::MAX);
     assert_eq!(s.lease(&at_max.lease.lease_id).await.unwrap().expiry, Timestamp::MAX);
-    assert_ledger(&s, "acct", Ledger { credited: 30, available: 20, reserved: 10, next_fence: 4, active_leases: 1, ..Ledger::default() }).await;
+    assert_ledger(
+        &s,
+        "acct",
+        Ledger { credited: 30, available: 20, reserved: 10, next_fence: 4, active_leases: 1, ..Ledger::default() },
+    )
+    .await;
     // With zero grace, MAX is this lease's boundary: release is refused and reclaim settles it.
-    assert_eq!(s.release(&at_max.lease.lease_id, at_max.capability.expose(), Timestamp::MAX).await.unwrap_err(), Error::LeaseExpired);
+    assert_eq!(
+        s.release(&at_max.lease.lease_id, at_max.capability.expose(), Timestamp::MAX).await.unwrap_err(),
+        Error::LeaseExpired
+    );
     let report = s.reclaim(Timestamp::MAX, 10).await.unwrap();
     assert_eq!(report.reclaimed.len(), 1);
     assert_ledger(&s, "acct", Ledger { credited: 30, available: 30, next_fence: 4, ..Ledger::default() }).await;
@@ -165,7 +185,12 @@ pub async fn reclaim_boundary_is_exact_to_the_nanosecond<F: StoreFactory>(f: &F)
     let report = s.reclaim(ts(boundary), 10).await.unwrap();
     let ids: Vec<_> = report.reclaimed.iter().map(|r| r.lease_id.clone()).collect();
     assert_eq!(ids, vec![first.lease.lease_id.clone()]);
-    assert_ledger(&s, "acct", Ledger { credited: 10, available: 4, reserved: 6, next_fence: 3, active_leases: 1, ..Ledger::default() }).await;
+    assert_ledger(
+        &s,
+        "acct",
+        Ledger { credited: 10, available: 4, reserved: 6, next_fence: 3, active_leases: 1, ..Ledger::default() },
+    )
+    .await;
 
     let report = s.reclaim(ts(boundary + 1), 10).await.unwrap();
     let ids: Vec<_> = report.reclaimed.iter().map(|r| r.lease_id.clone()).collect();
@@ -183,16 +208,35 @@ pub async fn release_and_usage_inside_grace_then_refused_at_the_boundary<F: Stor
     let b = s.acquire("acct", 5, nanos(100), ts(T0)).await.unwrap();
     let boundary = T0 + 100 + 999;
     let inside = ts(boundary - 1);
-    assert_ledger(&s, "acct", Ledger { credited: 10, reserved: 10, next_fence: 3, active_leases: 2, ..Ledger::default() }).await;
+    assert_ledger(
+        &s,
+        "acct",
+        Ledger { credited: 10, reserved: 10, next_fence: 3, active_leases: 2, ..Ledger::default() },
+    )
+    .await;
 
     let got = ingest_codes(&s, vec![leased("use-a", &cred, &a, 2, inside)], inside).await;
     assert_eq!(got, ["use-a:accepted"]);
-    assert_ledger(&s, "acct", Ledger { credited: 10, reserved: 10, billed: 2, next_fence: 3, active_leases: 2, ..Ledger::default() }).await;
+    assert_ledger(
+        &s,
+        "acct",
+        Ledger { credited: 10, reserved: 10, billed: 2, next_fence: 3, active_leases: 2, ..Ledger::default() },
+    )
+    .await;
 
     let released = s.release(&a.lease.lease_id, a.capability.expose(), inside).await.unwrap();
     assert_eq!(released.settlement, settled(2, 3, 0));
     assert_eq!(released.lease.state, LeaseState::Released);
-    let after_a = Ledger { credited: 10, available: 3, reserved: 5, consumed: 2, billed: 2, next_fence: 3, active_leases: 1, ..Ledger::default() };
+    let after_a = Ledger {
+        credited: 10,
+        available: 3,
+        reserved: 5,
+        consumed: 2,
+        billed: 2,
+        next_fence: 3,
+        active_leases: 1,
+        ..Ledger::default()
+    };
     assert_ledger(&s, "acct", after_a).await;
 
     let at = ts(boundary);
@@ -204,7 +248,12 @@ pub async fn release_and_usage_inside_grace_then_refused_at_the_boundary<F: Stor
     assert_ledger(&s, "acct", after_a).await;
 
     assert_eq!(s.reclaim(at, 10).await.unwrap().reclaimed.len(), 1);
-    assert_ledger(&s, "acct", Ledger { credited: 10, available: 8, consumed: 2, billed: 2, next_fence: 3, ..Ledger::default() }).await;
+    assert_ledger(
+        &s,
+        "acct",
+        Ledger { credited: 10, available: 8, consumed: 2, billed: 2, next_fence: 3, ..Ledger::default() },
+    )
+    .await;
 }
 
 /// Grace zero: the expiry itself is the boundary.
@@ -216,11 +265,18 @@ pub async fn grace_zero_makes_the_expiry_the_boundary<F: StoreFactory>(f: &F) {
     let early = s.acquire("acct", 5, nanos(10), ts(T0)).await.unwrap();
     let late = s.acquire("acct", 5, nanos(10), ts(T0)).await.unwrap();
     s.release(&early.lease.lease_id, early.capability.expose(), ts(e - 1)).await.unwrap();
-    let one_left = Ledger { credited: 10, available: 5, reserved: 5, next_fence: 3, active_leases: 1, ..Ledger::default() };
+    let one_left =
+        Ledger { credited: 10, available: 5, reserved: 5, next_fence: 3, active_leases: 1, ..Ledger::default() };
     assert_ledger(&s, "acct", one_left).await;
 
-    assert_eq!(s.release(&late.lease.lease_id, late.capability.expose(), ts(e)).await.unwrap_err(), Error::LeaseExpired);
-    assert_eq!(ingest_codes(&s, vec![leased("late", &cred, &late, 1, ts(e))], ts(e)).await, ["late:rejected:lease_expired"]);
+    assert_eq!(
+        s.release(&late.lease.lease_id, late.capability.expose(), ts(e)).await.unwrap_err(),
+        Error::LeaseExpired
+    );
+    assert_eq!(
+        ingest_codes(&s, vec![leased("late", &cred, &late, 1, ts(e))], ts(e)).await,
+        ["late:rejected:lease_expired"]
+    );
     assert!(s.reclaim(ts(e - 1), 10).await.unwrap().reclaimed.is_empty());
     assert_ledger(&s, "acct", one_left).await;
     assert_eq!(s.reclaim(ts(e), 10).await.unwrap().reclaimed.len(), 1);
@@ -235,7 +291,12 @@ pub async fn grace_longer_than_the_domain_is_never_due<F: StoreFactory>(f: &F) {
     funded(&s, "acct", 10).await;
     let lease = s.acquire("acct", 10, nanos(1), Timestamp::MIN).await.unwrap();
     assert!(s.reclaim(Timestamp::MAX, 10).await.unwrap().reclaimed.is_empty());
-    assert_ledger(&s, "acct", Ledger { credited: 10, reserved: 10, next_fence: 2, active_leases: 1, ..Ledger::default() }).await;
+    assert_ledger(
+        &s,
+        "acct",
+        Ledger { credited: 10, reserved: 10, next_fence: 2, active_leases: 1, ..Ledger::default() },
+    )
+    .await;
     let released = s.release(&lease.lease.lease_id, lease.capability.expose(), Timestamp::MAX).await.unwrap();
     assert_eq!(released.settlement, settled(0, 10, 0));
     assert_ledger(&s, "acct", Ledger { credited: 10, available: 10, next_fence: 2, ..Ledger::default() }).await;
@@ -255,13 +316,23 @@ pub async fn deadline_past_max_is_not_due_even_at_max<F: StoreFactory>(f: &F) {
     let report = s.reclaim(Timestamp::MAX, 10).await.unwrap();
     let ids: Vec<_> = report.reclaimed.iter().map(|r| r.lease_id.clone()).collect();
     assert_eq!(ids, vec![exactly_due.lease.lease_id.clone()]);
-    assert_ledger(&s, "acct", Ledger { credited: 10, available: 3, reserved: 7, next_fence: 3, active_leases: 1, ..Ledger::default() }).await;
+    assert_ledger(
+        &s,
+        "acct",
+        Ledger { credited: 10, available: 3, reserved: 7, next_fence: 3, active_leases: 1, ..Ledger::default() },
+    )
+    .await;
 
     let got = ingest_codes(&s, vec![leased("at-max", &cred, &past_max, 2, Timestamp::MAX)], Timestamp::MAX).await;
     assert_eq!(got, ["at-max:accepted"]);
     let released = s.release(&past_max.lease.lease_id, past_max.capability.expose(), Timestamp::MAX).await.unwrap();
     assert_eq!(released.settlement, settled(2, 5, 0));
-    assert_ledger(&s, "acct", Ledger { credited: 10, available: 8, consumed: 2, billed: 2, next_fence: 3, ..Ledger::default() }).await;
+    assert_ledger(
+        &s,
+        "acct",
+        Ledger { credited: 10, available: 8, consumed: 2, billed: 2, next_fence: 3, ..Ledger::default() },
+    )
+    .await;
 }
 
 // ------------------------------------------------------ release, consolidation
@@ -276,12 +347,16 @@ pub async fn release_refusals_wrong_capability_twice_and_after_reclaim<F: StoreF
 
     let now = ts(T0 + 1);
     assert_eq!(s.release(&one.lease.lease_id, "tgc_wrong", now).await.unwrap_err(), Error::CapabilityMismatch);
-    assert_eq!(s.release(&one.lease.lease_id, two.capability.expose(), now).await.unwrap_err(), Error::CapabilityMismatch);
+    assert_eq!(
+        s.release(&one.lease.lease_id, two.capability.expose(), now).await.unwrap_err(),
+        Error::CapabilityMismatch
+    );
     assert_eq!(s.release("lse_missing", one.capability.expose(), now).await.unwrap_err(), Error::LeaseNotFound);
     assert_ledger(&s, "acct", both).await;
 
     s.release(&one.lease.lease_id, one.capability.expose(), now).await.unwrap();
-    let after_one = Ledger { credited: 10, available: 4, reserved: 6, next_fence: 3, active_leases: 1, ..Ledger::default() };
+    let after_one =
+        Ledger { credited: 10, available: 4, reserved: 6, next_fence: 3, active_leases: 1, ..Ledger::default() };
     assert_ledger(&s, "acct", after_one).await;
     assert_eq!(
         s.release(&one.lease.lease_id, one.capability.expose(), now).await.unwrap_err(),
@@ -308,7 +383,20 @@ pub async fn consolidation_carries_units_exactly<F: StoreFactory>(f: &F) {
     let c = s.acquire("acct", 5, nanos(1_000), ts(T0)).await.unwrap();
     let used = vec![leased("a", &cred, &a, 4, ts(T0)), leased("b", &cred, &b, 25, ts(T0))];
     assert_eq!(ingest_codes(&s, used, ts(T0 + 1)).await, ["a:accepted", "b:accepted"]);
-    assert_ledger(&s, "acct", Ledger { credited: 100, available: 65, reserved: 35, billed: 29, next_fence: 4, active_leases: 3, ..Ledger::default() }).await;
+    assert_ledger(
+        &s,
+        "acct",
+        Ledger {
+            credited: 100,
+            available: 65,
+            reserved: 35,
+            billed: 29,
+            next_fence: 4,
+            active_leases: 3,
+            ..Ledger::default()
+        },
+    )
+    .await;
 
     let now = ts(T0 + 50);
     let merged = s.consolidate("acct", &[handle(&a), handle(&b), handle(&c)], 7, nanos(2_000), now).await.unwrap();
@@ -330,7 +418,16 @@ pub async fn consolidation_carries_units_exactly<F: StoreFactory>(f: &F) {
         assert_eq!(s.lease(&source.lease.lease_id).await.unwrap().state, LeaseState::Consolidated);
     }
     assert_eq!(s.lease(&lease.lease_id).await.unwrap(), *lease);
-    let merged_ledger = Ledger { credited: 100, available: 58, reserved: 18, consumed: 24, overage: 5, billed: 29, next_fence: 5, active_leases: 1 };
+    let merged_ledger = Ledger {
+        credited: 100,
+        available: 58,
+        reserved: 18,
+        consumed: 24,
+        overage: 5,
+        billed: 29,
+        next_fence: 5,
+        active_leases: 1,
+    };
     assert_ledger(&s, "acct", merged_ledger).await;
 
     let got = ingest_codes(&s, vec![leased("new", &cred, &merged.lease, 3, now)], now).await;
@@ -347,15 +444,26 @@ pub async fn consolidation_is_refused_atomically<F: StoreFactory>(f: &F) {
     let a1 = s.acquire("a", 10, nanos(1_000), ts(T0)).await.unwrap();
     let a2 = s.acquire("a", 10, nanos(1_000), ts(T0)).await.unwrap();
     let b1 = s.acquire("b", 10, nanos(1_000), ts(T0)).await.unwrap();
-    let held = Ledger { credited: 100, available: 80, reserved: 20, next_fence: 3, active_leases: 2, ..Ledger::default() };
-    let b_held = Ledger { credited: 100, available: 90, reserved: 10, next_fence: 2, active_leases: 1, ..Ledger::default() };
+    let held =
+        Ledger { credited: 100, available: 80, reserved: 20, next_fence: 3, active_leases: 2, ..Ledger::default() };
+    let b_held =
+        Ledger { credited: 100, available: 90, reserved: 10, next_fence: 2, active_leases: 1, ..Ledger::default() };
     let now = ts(T0 + 1);
     let wrong_cap = LeaseHandle { lease_id: a2.lease.lease_id.clone(), capability: a1.capability.expose().to_owned() };
     let missing = LeaseHandle { lease_id: "lse_missing".into(), capability: "tgc_x".into() };
-    let refusals: Vec<(&str, Vec<LeaseHandle>, u64, SignedDuration, Timestamp, Error)> = vec![
+    // (account, sources, extra units, ttl, now, the refusal)
+    type Refusal<'a> = (&'a str, Vec<LeaseHandle>, u64, SignedDuration, Timestamp, Error);
+    let refusals: Vec<Refusal> = vec![
         ("a", vec![handle(&a1), wrong_cap], 0, secs(1), now, Error::CapabilityMismatch),
         ("a", vec![handle(&a1), handle(&b1)], 0, secs(1), now, Error::MixedAccounts),
-        ("a", vec![handle(&a1), handle(&a1)], 0, secs(1), now, Error::DuplicateSourceLease { lease_id: a1.lease.lease_id.clone() }),
+        (
+            "a",
+            vec![handle(&a1), handle(&a1)],
+            0,
+            secs(1),
+            now,
+            Error::DuplicateSourceLease { lease_id: a1.lease.lease_id.clone() },
+        ),
         ("a", vec![], 5, secs(1), now, Error::NoSourceLeases),
         ("a", vec![handle(&a1), missing], 0, secs(1), now, Error::LeaseNotFound),
         ("a", vec![handle(&a1)], 1_000, secs(1), now, Error::InsufficientBalance { available: 80, requested: 1_000 }),
@@ -373,7 +481,8 @@ pub async fn consolidation_is_refused_atomically<F: StoreFactory>(f: &F) {
     }
 
     s.release(&a2.lease.lease_id, a2.capability.expose(), now).await.unwrap();
-    let one_left = Ledger { credited: 100, available: 90, reserved: 10, next_fence: 3, active_leases: 1, ..Ledger::default() };
+    let one_left =
+        Ledger { credited: 100, available: 90, reserved: 10, next_fence: 3, active_leases: 1, ..Ledger::default() };
     assert_eq!(
         s.consolidate("a", &[handle(&a1), handle(&a2)], 0, secs(1), now).await.unwrap_err(),
         Error::LeaseNotActive { state: LeaseState::Released }
@@ -401,7 +510,8 @@ pub async fn reclaim_is_bounded_in_account_order_and_idempotent<F: StoreFactory>
     assert!(first.is_full());
     assert_ledger(&s, "a", Ledger { credited: 10, available: 10, next_fence: 2, ..Ledger::default() }).await;
     assert_ledger(&s, "c", Ledger { credited: 10, available: 10, next_fence: 3, ..Ledger::default() }).await;
-    assert_ledger(&s, "b", Ledger { credited: 10, reserved: 10, next_fence: 3, active_leases: 2, ..Ledger::default() }).await;
+    assert_ledger(&s, "b", Ledger { credited: 10, reserved: 10, next_fence: 3, active_leases: 2, ..Ledger::default() })
+        .await;
 
     let second = s.reclaim(now, 1).await.unwrap();
     assert_eq!(second.reclaimed.len(), 1);
@@ -435,7 +545,16 @@ pub async fn ingest_classifies_a_mixed_batch<F: StoreFactory>(f: &F) {
     let settled_lease = s.acquire("acct", 10, secs(60), now).await.unwrap();
     s.release(&settled_lease.lease.lease_id, settled_lease.capability.expose(), now).await.unwrap();
     assert_eq!(ingest_codes(&s, vec![overage("stored", "acct", &cred, 1, now)], now).await, ["stored:accepted"]);
-    let start = Ledger { credited: 100, available: 90, reserved: 10, overage: 1, billed: 1, next_fence: 3, active_leases: 1, ..Ledger::default() };
+    let start = Ledger {
+        credited: 100,
+        available: 90,
+        reserved: 10,
+        overage: 1,
+        billed: 1,
+        next_fence: 3,
+        active_leases: 1,
+        ..Ledger::default()
+    };
     assert_ledger(&s, "acct", start).await;
 
     let mut no_fence = leased("no-fence", &cred, &lease, 1, now);
@@ -459,6 +578,7 @@ pub async fn ingest_classifies_a_mixed_batch<F: StoreFactory>(f: &F) {
         leased("settled", &cred, &settled_lease, 1, now),
         overage("", "acct", &cred, 1, now),
         overage(&"x".repeat(129), "acct", &cred, 1, now),
+        overage("nul\0id", "acct", &cred, 1, now),
     ];
     let mut expected = vec![
         "ok-leased:accepted".to_owned(),
@@ -475,6 +595,7 @@ pub async fn ingest_classifies_a_mixed_batch<F: StoreFactory>(f: &F) {
         "settled:rejected:lease_not_active".into(),
         ":rejected:invalid_request_id".into(),
         format!("{}:rejected:invalid_request_id", "x".repeat(129)),
+        "nul\0id:rejected:invalid_request_id".into(),
     ];
     let max = s.unit_domain().max();
     if max < u64::MAX {
@@ -505,7 +626,15 @@ pub async fn duplicate_detection_precedes_validation<F: StoreFactory>(f: &F) {
     let lease = s.acquire("acct", 10, secs(60), now).await.unwrap();
     let first = vec![overage("r1", "acct", &cred, 5, now), leased("r2", &cred, &lease, 2, now)];
     assert_eq!(ingest_codes(&s, first, now).await, ["r1:accepted", "r2:accepted"]);
-    let after = Ledger { credited: 10, reserved: 10, overage: 5, billed: 7, next_fence: 2, active_leases: 1, ..Ledger::default() };
+    let after = Ledger {
+        credited: 10,
+        reserved: 10,
+        overage: 5,
+        billed: 7,
+        next_fence: 2,
+        active_leases: 1,
+        ..Ledger::default()
+    };
     assert_ledger(&s, "acct", after).await;
 
     let mut r1_now_leased = leased("r1", &cred, &lease, 500, now);
@@ -513,7 +642,8 @@ pub async fn duplicate_detection_precedes_validation<F: StoreFactory>(f: &F) {
     let mut r2_now_overage_and_huge = overage("r2", "acct", &cred, u64::MAX, now);
     r2_now_overage_and_huge.fencing_token = Some(99);
     let r1_bad_credential = overage("r1", "acct", "cred_missing", 1, now);
-    let replays = vec![r1_now_leased, r2_now_overage_and_huge, r1_bad_credential, overage("r1", "other", &other_cred, 1, now)];
+    let replays =
+        vec![r1_now_leased, r2_now_overage_and_huge, r1_bad_credential, overage("r1", "other", &other_cred, 1, now)];
     assert_eq!(ingest_codes(&s, replays, now).await, ["r1:duplicate", "r2:duplicate", "r1:duplicate", "r1:accepted"]);
     assert_eq!(s.lease(&lease.lease.lease_id).await.unwrap().used, 2);
     assert_ledger(&s, "acct", after).await;
@@ -556,7 +686,12 @@ pub async fn zero_and_maximum_units<F: StoreFactory>(f: &F) {
     assert_eq!(ingest_codes(&s, zeros, now).await, ["z1:accepted", "z2:accepted"]);
     let c = s.credential(&cred).await.unwrap();
     assert_eq!((c.accepted_events, c.accepted_units, c.last_used_at), (2, 0, Some(now)));
-    assert_ledger(&s, "zero", Ledger { credited: 10, reserved: 10, next_fence: 2, active_leases: 1, ..Ledger::default() }).await;
+    assert_ledger(
+        &s,
+        "zero",
+        Ledger { credited: 10, reserved: 10, next_fence: 2, active_leases: 1, ..Ledger::default() },
+    )
+    .await;
 
     funded(&s, "over", 0).await;
     let over_cred = credential(&s, "over", now).await;
@@ -567,10 +702,20 @@ pub async fn zero_and_maximum_units<F: StoreFactory>(f: &F) {
     let leased_cred = credential(&s, "leased", now).await;
     let big = s.acquire("leased", max, secs(60), now).await.unwrap();
     assert_eq!(ingest_codes(&s, vec![leased("max", &leased_cred, &big, max, now)], now).await, ["max:accepted"]);
-    assert_ledger(&s, "leased", Ledger { credited: max, reserved: max, billed: max, next_fence: 2, active_leases: 1, ..Ledger::default() }).await;
+    assert_ledger(
+        &s,
+        "leased",
+        Ledger { credited: max, reserved: max, billed: max, next_fence: 2, active_leases: 1, ..Ledger::default() },
+    )
+    .await;
     let released = s.release(&big.lease.lease_id, big.capability.expose(), now).await.unwrap();
     assert_eq!(released.settlement, settled(max, 0, 0));
-    assert_ledger(&s, "leased", Ledger { credited: max, consumed: max, billed: max, next_fence: 2, ..Ledger::default() }).await;
+    assert_ledger(
+        &s,
+        "leased",
+        Ledger { credited: max, consumed: max, billed: max, next_fence: 2, ..Ledger::default() },
+    )
+    .await;
 }
 
 /// "Either lease_id and fencing_token together, or neither."
@@ -590,7 +735,12 @@ pub async fn funding_must_be_complete<F: StoreFactory>(f: &F) {
         ["e:rejected:funding_incomplete", "e:rejected:funding_incomplete", "e:accepted"]
     );
     assert_eq!(s.lease(&lease.lease.lease_id).await.unwrap().used, 1);
-    assert_ledger(&s, "acct", Ledger { credited: 10, reserved: 10, billed: 1, next_fence: 2, active_leases: 1, ..Ledger::default() }).await;
+    assert_ledger(
+        &s,
+        "acct",
+        Ledger { credited: 10, reserved: 10, billed: 1, next_fence: 2, active_leases: 1, ..Ledger::default() },
+    )
+    .await;
 }
 
 /// "Usage beyond a grant is billed as overage, never dropped", on release and on
@@ -608,16 +758,48 @@ pub async fn usage_beyond_the_grant_is_billed_as_overage<F: StoreFactory>(f: &F)
         leased("u3", &cred, &reclaimed, 7, now),
     ];
     assert_eq!(ingest_codes(&s, usage, now).await, ["u1:accepted", "u2:accepted", "u3:accepted"]);
-    assert_ledger(&s, "acct", Ledger { credited: 20, available: 6, reserved: 14, billed: 22, next_fence: 3, active_leases: 2, ..Ledger::default() }).await;
+    assert_ledger(
+        &s,
+        "acct",
+        Ledger {
+            credited: 20,
+            available: 6,
+            reserved: 14,
+            billed: 22,
+            next_fence: 3,
+            active_leases: 2,
+            ..Ledger::default()
+        },
+    )
+    .await;
 
     let r = s.release(&released.lease.lease_id, released.capability.expose(), now).await.unwrap();
     assert_eq!(r.settlement, settled(10, 0, 5));
     assert_eq!(r.lease.used, 15);
-    assert_ledger(&s, "acct", Ledger { credited: 20, available: 6, reserved: 4, consumed: 10, overage: 5, billed: 22, next_fence: 3, active_leases: 1 }).await;
+    assert_ledger(
+        &s,
+        "acct",
+        Ledger {
+            credited: 20,
+            available: 6,
+            reserved: 4,
+            consumed: 10,
+            overage: 5,
+            billed: 22,
+            next_fence: 3,
+            active_leases: 1,
+        },
+    )
+    .await;
 
     let report = s.reclaim(ts(T0 + 10), 10).await.unwrap();
     assert_eq!(report.reclaimed[0].settlement, settled(4, 0, 3));
-    assert_ledger(&s, "acct", Ledger { credited: 20, available: 6, consumed: 14, overage: 8, billed: 22, next_fence: 3, ..Ledger::default() }).await;
+    assert_ledger(
+        &s,
+        "acct",
+        Ledger { credited: 20, available: 6, consumed: 14, overage: 8, billed: 22, next_fence: 3, ..Ledger::default() },
+    )
+    .await;
 }
 
 /// "A batch of individually representable events can still overflow an aggregate
@@ -661,8 +843,16 @@ pub async fn credential_activity_moves_only_on_accepted_events<F: StoreFactory>(
     let mut unknown_lease = overage("bad", "acct", &cred, 50, ts(T0 + 9));
     unknown_lease.lease_id = Some("lse_missing".into());
     unknown_lease.fencing_token = Some(1);
-    let batch = vec![overage("a", "acct", &cred, 2, ts(T0 + 5)), unknown_lease, overage("b", "acct", &cred, 3, ts(T0 + 7)), overage("c", "acct", &cred, 4, ts(T0 + 6))];
-    assert_eq!(ingest_codes(&s, batch, now).await, ["a:accepted", "bad:rejected:unknown_lease", "b:accepted", "c:accepted"]);
+    let batch = vec![
+        overage("a", "acct", &cred, 2, ts(T0 + 5)),
+        unknown_lease,
+        overage("b", "acct", &cred, 3, ts(T0 + 7)),
+        overage("c", "acct", &cred, 4, ts(T0 + 6)),
+    ];
+    assert_eq!(
+        ingest_codes(&s, batch, now).await,
+        ["a:accepted", "bad:rejected:unknown_lease", "b:accepted", "c:accepted"]
+    );
     let expected = (3, 9, Some(ts(T0 + 7)));
     let c = s.credential(&cred).await.unwrap();
     assert_eq!((c.accepted_events, c.accepted_units, c.last_used_at), expected);
@@ -685,12 +875,20 @@ pub async fn stale_fence_cannot_report_after_settlement<F: StoreFactory>(f: &F) 
     let mut new_lease_old_fence = leased("mixed", &cred, &merged.lease, 1, now);
     new_lease_old_fence.fencing_token = Some(old.lease.fencing_token);
     let batch = vec![leased("stale", &cred, &old, 1, now), new_lease_old_fence];
-    assert_eq!(ingest_codes(&s, batch, now).await, ["stale:rejected:lease_not_active", "mixed:rejected:fence_mismatch"]);
+    assert_eq!(
+        ingest_codes(&s, batch, now).await,
+        ["stale:rejected:lease_not_active", "mixed:rejected:fence_mismatch"]
+    );
     assert_eq!(
         s.release(&old.lease.lease_id, old.capability.expose(), now).await.unwrap_err(),
         Error::LeaseNotActive { state: LeaseState::Consolidated }
     );
-    assert_ledger(&s, "acct", Ledger { credited: 10, available: 5, reserved: 5, next_fence: 3, active_leases: 1, ..Ledger::default() }).await;
+    assert_ledger(
+        &s,
+        "acct",
+        Ledger { credited: 10, available: 5, reserved: 5, next_fence: 3, active_leases: 1, ..Ledger::default() },
+    )
+    .await;
 }
 
 // ------------------------------------------------------ accounts, credentials
@@ -719,7 +917,10 @@ pub async fn accounts_and_credits<F: StoreFactory>(f: &F) {
     let max = s.unit_domain().max();
     if max < u64::MAX {
         assert_eq!(s.credit("acct", "c3", max + 1).await.unwrap_err(), Error::UnitsOutOfRange { units: max + 1, max });
-        assert_eq!(s.acquire("acct", max + 1, secs(1), ts(T0)).await.unwrap_err(), Error::UnitsOutOfRange { units: max + 1, max });
+        assert_eq!(
+            s.acquire("acct", max + 1, secs(1), ts(T0)).await.unwrap_err(),
+            Error::UnitsOutOfRange { units: max + 1, max }
+        );
     }
     assert_eq!(s.credit("acct", "c4", max).await.unwrap_err(), Error::CounterOverflow { counter: "credited" });
     assert_ledger(&s, "acct", Ledger { credited: 10, available: 10, ..Ledger::default() }).await;
@@ -738,7 +939,10 @@ pub async fn credential_lifecycle<F: StoreFactory>(f: &F) {
     let key = issued.key.expose().to_owned();
     assert!(key.starts_with("tgk_") && key.len() >= 36, "key carries at least 128 random bits");
     let c = &issued.credential;
-    assert_eq!((c.account_id.as_str(), c.label.as_str(), c.created_at, c.revoked_at), ("acct", "edge worker", now, None));
+    assert_eq!(
+        (c.account_id.as_str(), c.label.as_str(), c.created_at, c.revoked_at),
+        ("acct", "edge worker", now, None)
+    );
     assert_eq!(s.credential(&c.credential_id).await.unwrap(), *c);
     let other = s.issue_credential("acct", "", now).await.unwrap();
     assert_ne!(other.key, issued.key);
@@ -746,7 +950,10 @@ pub async fn credential_lifecycle<F: StoreFactory>(f: &F) {
 
     let valid = s.verify_credential(&key).await.unwrap();
     assert!(valid.valid);
-    assert_eq!((valid.credential_id.as_deref(), valid.account_id.as_deref(), valid.reason), (Some(c.credential_id.as_str()), Some("acct"), None));
+    assert_eq!(
+        (valid.credential_id.as_deref(), valid.account_id.as_deref(), valid.reason),
+        (Some(c.credential_id.as_str()), Some("acct"), None)
+    );
     let unknown = s.verify_credential("tgk_wrong").await.unwrap();
     assert_eq!((unknown.valid, unknown.credential_id, unknown.reason), (false, None, Some("unknown_credential")));
 
@@ -755,14 +962,21 @@ pub async fn credential_lifecycle<F: StoreFactory>(f: &F) {
     let again = s.revoke_credential(&c.credential_id, ts(T0 + 20)).await.unwrap();
     assert_eq!(again.revoked_at, Some(ts(T0 + 10)));
     let verdict = s.verify_credential(&key).await.unwrap();
-    assert_eq!((verdict.valid, verdict.reason, verdict.account_id.as_deref()), (false, Some("credential_revoked"), Some("acct")));
+    assert_eq!(
+        (verdict.valid, verdict.reason, verdict.account_id.as_deref()),
+        (false, Some("credential_revoked"), Some("acct"))
+    );
 
     // Usage that happened before the revocation is still billable.
-    let batch = vec![overage("before", "acct", &c.credential_id, 1, ts(T0 + 9)), overage("at", "acct", &c.credential_id, 1, ts(T0 + 10))];
+    let batch = vec![
+        overage("before", "acct", &c.credential_id, 1, ts(T0 + 9)),
+        overage("at", "acct", &c.credential_id, 1, ts(T0 + 10)),
+    ];
     assert_eq!(ingest_codes(&s, batch, ts(T0 + 30)).await, ["before:accepted", "at:rejected:credential_revoked"]);
     assert_ledger(&s, "acct", Ledger { overage: 1, billed: 1, ..Ledger::default() }).await;
 
     assert_eq!(s.issue_credential("ghost", "x", now).await.unwrap_err(), Error::AccountNotFound);
     assert_eq!(s.issue_credential("acct", &"x".repeat(257), now).await.unwrap_err(), Error::InvalidLabel);
+    assert_eq!(s.issue_credential("acct", "nul\0label", now).await.unwrap_err(), Error::InvalidLabel);
     assert_eq!(s.revoke_credential("cred_ghost", now).await.unwrap_err(), Error::CredentialNotFound);
 }

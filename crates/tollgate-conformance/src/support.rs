@@ -41,7 +41,16 @@ pub struct Ledger {
 
 impl Default for Ledger {
     fn default() -> Self {
-        Self { credited: 0, available: 0, reserved: 0, consumed: 0, overage: 0, billed: 0, next_fence: 1, active_leases: 0 }
+        Self {
+            credited: 0,
+            available: 0,
+            reserved: 0,
+            consumed: 0,
+            overage: 0,
+            billed: 0,
+            next_fence: 1,
+            active_leases: 0,
+        }
     }
 }
 
@@ -90,7 +99,13 @@ pub fn handle(lease: &IssuedLease) -> LeaseHandle {
 }
 
 /// A usage event funded by `lease`.
-pub fn leased(request_id: &str, credential_id: &str, lease: &IssuedLease, units: u64, occurred_at: Timestamp) -> UsageEvent {
+pub fn leased(
+    request_id: &str,
+    credential_id: &str,
+    lease: &IssuedLease,
+    units: u64,
+    occurred_at: Timestamp,
+) -> UsageEvent {
     UsageEvent {
         request_id: request_id.to_owned(),
         account_id: lease.lease.account_id.clone(),
@@ -103,7 +118,13 @@ pub fn leased(request_id: &str, credential_id: &str, lease: &IssuedLease, units:
 }
 
 /// An overage event: no lease, billed after the fact.
-pub fn overage(request_id: &str, account_id: &str, credential_id: &str, units: u64, occurred_at: Timestamp) -> UsageEvent {
+pub fn overage(
+    request_id: &str,
+    account_id: &str,
+    credential_id: &str,
+    units: u64,
+    occurred_at: Timestamp,
+) -> UsageEvent {
     UsageEvent {
         request_id: request_id.to_owned(),
         account_id: account_id.to_owned(),

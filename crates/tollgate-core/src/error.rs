@@ -109,9 +109,7 @@ impl Error {
             | Error::InvalidLabel
             | Error::NoSourceLeases
             | Error::DuplicateSourceLease { .. } => ErrorKind::Input,
-            Error::AccountNotFound | Error::LeaseNotFound | Error::CredentialNotFound => {
-                ErrorKind::NotFound
-            }
+            Error::AccountNotFound | Error::LeaseNotFound | Error::CredentialNotFound => ErrorKind::NotFound,
             Error::AccountExists
             | Error::CreditConflict { .. }
             | Error::InsufficientBalance { .. }
@@ -182,17 +180,9 @@ mod tests {
             (Error::LeaseNotFound, "lease_not_found", false),
             (Error::AccountExists, "account_exists", false),
             (Error::CreditConflict { existing_units: 1 }, "credit_conflict", false),
-            (
-                Error::InsufficientBalance { available: 0, requested: 1 },
-                "insufficient_balance",
-                false,
-            ),
+            (Error::InsufficientBalance { available: 0, requested: 1 }, "insufficient_balance", false),
             (Error::CapabilityMismatch, "capability_mismatch", false),
-            (
-                Error::LeaseNotActive { state: LeaseState::Released },
-                "lease_not_active",
-                false,
-            ),
+            (Error::LeaseNotActive { state: LeaseState::Released }, "lease_not_active", false),
             (Error::LeaseExpired, "lease_expired", false),
             (Error::MixedAccounts, "mixed_accounts", false),
             (Error::ExpiryOutOfRange, "expiry_out_of_range", false),

@@ -16,15 +16,18 @@ pub fn validate_id(field: &'static str, value: &str) -> Result<(), Error> {
     if well_formed { Ok(()) } else { Err(Error::InvalidId { field }) }
 }
 
-/// Checks a credential label: any text of at most 256 characters.
+/// Checks a credential label: text of at most 256 characters without NUL, which
+/// no PostgreSQL text column can hold.
 pub fn validate_label(label: &str) -> Result<(), Error> {
-    if label.chars().count() <= LABEL_CHARS_MAX { Ok(()) } else { Err(Error::InvalidLabel) }
+    if label.chars().count() <= LABEL_CHARS_MAX && !label.contains('\0') { Ok(()) } else { Err(Error::InvalidLabel) }
 }
 
-/// A usage request ID is 1 to 128 characters of any kind.
+/// A usage request ID is 1 to 128 characters of any kind but NUL. NUL is refused
+/// because PostgreSQL text cannot store it: an event the memory store accepted
+/// would otherwise fail every retry on PostgreSQL.
 pub fn is_valid_request_id(request_id: &str) -> bool {
     let chars = request_id.chars().count();
-    (1..=ID_CHARS_MAX).contains(&chars)
+    (1..=ID_CHARS_MAX).contains(&chars) && !request_id.contains('\0')
 }
 
 #[cfg(test)]
@@ -46,6 +49,8 @@ mod tests {
         assert!(is_valid_request_id(&"é".repeat(ID_CHARS_MAX)));
         assert!(!is_valid_request_id(&"é".repeat(ID_CHARS_MAX + 1)));
         assert!(is_valid_request_id("x"));
+        assert!(!is_valid_request_id("a\0b"));
+        assert_eq!(validate_label("a\0b"), Err(Error::InvalidLabel));
         assert!(!is_valid_request_id(""));
     }
 }

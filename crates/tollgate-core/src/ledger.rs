@@ -70,16 +70,7 @@ pub struct Account {
 
 impl Account {
     pub fn new(account_id: String) -> Self {
-        Self {
-            account_id,
-            credited: 0,
-            available: 0,
-            reserved: 0,
-            consumed: 0,
-            overage: 0,
-            billed: 0,
-            next_fence: 1,
-        }
+        Self { account_id, credited: 0, available: 0, reserved: 0, consumed: 0, overage: 0, billed: 0, next_fence: 1 }
     }
 
     /// Adds prepaid units. Idempotency on the credit id is the store's job: it
@@ -176,21 +167,13 @@ pub fn acquire(
 }
 
 /// Moves `units` from available to reserved and takes the next fence.
-fn grant_from(
-    account: &mut Account,
-    units: u64,
-    expiry: Timestamp,
-    domain: UnitDomain,
-) -> Result<Grant, Error> {
+fn grant_from(account: &mut Account, units: u64, expiry: Timestamp, domain: UnitDomain) -> Result<Grant, Error> {
     if account.available < units {
         return Err(Error::InsufficientBalance { available: account.available, requested: units });
     }
     let fencing_token = account.next_fence;
     if fencing_token == 0 {
-        return Err(Error::StorageCorrupt(format!(
-            "account {} has next_fence 0",
-            account.account_id
-        )));
+        return Err(Error::StorageCorrupt(format!("account {} has next_fence 0", account.account_id)));
     }
     account.next_fence = domain.add_counter("next_fence", fencing_token, 1)?;
     account.reserved = domain.add_counter("reserved", account.reserved, units)?;
@@ -480,7 +463,10 @@ mod tests {
     fn credit_validates_and_checks_both_counters() {
         let mut account = Account::new("a".into());
         assert_eq!(account.credit(0, D), Err(Error::InvalidUnits));
-        assert_eq!(account.credit(u64::MAX, UnitDomain::I64), Err(Error::UnitsOutOfRange { units: u64::MAX, max: i64::MAX as u64 }));
+        assert_eq!(
+            account.credit(u64::MAX, UnitDomain::I64),
+            Err(Error::UnitsOutOfRange { units: u64::MAX, max: i64::MAX as u64 })
+        );
         account.credit(7, D).unwrap();
         assert_eq!((account.credited, account.available), (7, 7));
         assert_eq!(account.credit(u64::MAX, D), Err(Error::CounterOverflow { counter: "credited" }));
@@ -500,12 +486,24 @@ mod tests {
         assert_eq!((lease.used, lease.state, lease.expiry_is_upper_bound), (0, LeaseState::Active, false));
 
         let before = account.clone();
-        assert_eq!(acquire(&mut account, 7, SignedDuration::from_secs(1), at(0), &policy(0), D), Err(Error::InsufficientBalance { available: 6, requested: 7 }));
-        assert_eq!(acquire(&mut account, 6, SignedDuration::from_nanos(1), Timestamp::MAX, &policy(0), D), Err(Error::ExpiryOutOfRange));
+        assert_eq!(
+            acquire(&mut account, 7, SignedDuration::from_secs(1), at(0), &policy(0), D),
+            Err(Error::InsufficientBalance { available: 6, requested: 7 })
+        );
+        assert_eq!(
+            acquire(&mut account, 6, SignedDuration::from_nanos(1), Timestamp::MAX, &policy(0), D),
+            Err(Error::ExpiryOutOfRange)
+        );
         account.next_fence = 0;
-        assert!(matches!(acquire(&mut account, 1, SignedDuration::from_secs(1), at(0), &policy(0), D), Err(Error::StorageCorrupt(_))));
+        assert!(matches!(
+            acquire(&mut account, 1, SignedDuration::from_secs(1), at(0), &policy(0), D),
+            Err(Error::StorageCorrupt(_))
+        ));
         account.next_fence = u64::MAX;
-        assert_eq!(acquire(&mut account, 1, SignedDuration::from_secs(1), at(0), &policy(0), D), Err(Error::CounterOverflow { counter: "next_fence" }));
+        assert_eq!(
+            acquire(&mut account, 1, SignedDuration::from_secs(1), at(0), &policy(0), D),
+            Err(Error::CounterOverflow { counter: "next_fence" })
+        );
         account.next_fence = before.next_fence;
         assert_eq!(account, before);
         // Exactly the available balance is grantable.
@@ -529,14 +527,31 @@ mod tests {
 
         let mut released_account = account.clone();
         let mut released = l.clone();
-        assert_eq!(release(&mut released_account, &mut released, at(109), &p, D), Ok(Settlement { charged: 10, returned: 0, excess: 2 }));
+        assert_eq!(
+            release(&mut released_account, &mut released, at(109), &p, D),
+            Ok(Settlement { charged: 10, returned: 0, excess: 2 })
+        );
         assert_eq!(released.state, LeaseState::Released);
-        assert_eq!((released_account.available, released_account.reserved, released_account.consumed, released_account.overage), (0, 0, 10, 2));
+        assert_eq!(
+            (
+                released_account.available,
+                released_account.reserved,
+                released_account.consumed,
+                released_account.overage
+            ),
+            (0, 0, 10, 2)
+        );
         assert!(check_conservation(&released_account, [&released]).is_empty());
-        assert_eq!(release(&mut released_account, &mut released, at(109), &p, D), Err(Error::LeaseNotActive { state: LeaseState::Released }));
+        assert_eq!(
+            release(&mut released_account, &mut released, at(109), &p, D),
+            Err(Error::LeaseNotActive { state: LeaseState::Released })
+        );
         assert_eq!(reclaim(&mut released_account, &mut released, at(500), &p, D), Ok(None));
 
-        assert_eq!(reclaim(&mut account, &mut l, at(110), &p, D), Ok(Some(Settlement { charged: 10, returned: 0, excess: 2 })));
+        assert_eq!(
+            reclaim(&mut account, &mut l, at(110), &p, D),
+            Ok(Some(Settlement { charged: 10, returned: 0, excess: 2 }))
+        );
         assert_eq!(l.state, LeaseState::Reclaimed);
         assert!(check_conservation(&account, [&l]).is_empty());
     }
@@ -570,13 +585,25 @@ mod tests {
         let start = account.clone();
 
         let mut sources = [a.clone(), a.clone()];
-        assert_eq!(consolidate(&mut account, &mut sources, 0, ttl, at(1), &p, D), Err(Error::DuplicateSourceLease { lease_id: "a1".into() }));
+        assert_eq!(
+            consolidate(&mut account, &mut sources, 0, ttl, at(1), &p, D),
+            Err(Error::DuplicateSourceLease { lease_id: "a1".into() })
+        );
         assert_eq!(consolidate(&mut account, &mut [], 0, ttl, at(1), &p, D), Err(Error::NoSourceLeases));
         let mut sources = [a.clone(), b.clone()];
-        assert_eq!(consolidate(&mut account, &mut sources, 11, ttl, at(1), &p, D), Err(Error::InsufficientBalance { available: 10, requested: 11 }));
+        assert_eq!(
+            consolidate(&mut account, &mut sources, 11, ttl, at(1), &p, D),
+            Err(Error::InsufficientBalance { available: 10, requested: 11 })
+        );
         assert_eq!(consolidate(&mut account, &mut sources, 0, ttl, at(50), &p, D), Err(Error::LeaseExpired));
-        assert_eq!(consolidate(&mut account, &mut sources, 0, ttl, Timestamp::MAX, &p, D), Err(Error::ExpiryOutOfRange));
-        assert_eq!(consolidate(&mut account, &mut sources, u64::MAX, ttl, at(1), &p, UnitDomain::I64), Err(Error::UnitsOutOfRange { units: u64::MAX, max: i64::MAX as u64 }));
+        assert_eq!(
+            consolidate(&mut account, &mut sources, 0, ttl, Timestamp::MAX, &p, D),
+            Err(Error::ExpiryOutOfRange)
+        );
+        assert_eq!(
+            consolidate(&mut account, &mut sources, u64::MAX, ttl, at(1), &p, UnitDomain::I64),
+            Err(Error::UnitsOutOfRange { units: u64::MAX, max: i64::MAX as u64 })
+        );
         let mut fully_used = [b.clone()];
         assert_eq!(consolidate(&mut account, &mut fully_used, 0, ttl, at(1), &p, D), Err(Error::InvalidUnits));
         let mut mixed = [a.clone(), b.clone()];
@@ -584,14 +611,23 @@ mod tests {
         assert_eq!(consolidate(&mut account, &mut mixed, 0, ttl, at(1), &p, D), Err(Error::MixedAccounts));
         let mut inactive = [a.clone(), b.clone()];
         inactive[1].state = LeaseState::Reclaimed;
-        assert_eq!(consolidate(&mut account, &mut inactive, 0, ttl, at(1), &p, D), Err(Error::LeaseNotActive { state: LeaseState::Reclaimed }));
+        assert_eq!(
+            consolidate(&mut account, &mut inactive, 0, ttl, at(1), &p, D),
+            Err(Error::LeaseNotActive { state: LeaseState::Reclaimed })
+        );
         assert_eq!(account, start);
         assert!(sources.iter().all(|l| l.state == LeaseState::Active));
 
         let (grant, settlements) = consolidate(&mut account, &mut sources, 10, ttl, at(1), &p, D).unwrap();
         assert_eq!(grant, Grant { fencing_token: 3, granted: 17, expiry: at(51) });
-        assert_eq!(settlements, [Settlement { charged: 3, returned: 7, excess: 0 }, Settlement { charged: 10, returned: 0, excess: 2 }]);
-        assert_eq!((account.available, account.reserved, account.consumed, account.overage, account.next_fence), (0, 17, 13, 2, 4));
+        assert_eq!(
+            settlements,
+            [Settlement { charged: 3, returned: 7, excess: 0 }, Settlement { charged: 10, returned: 0, excess: 2 }]
+        );
+        assert_eq!(
+            (account.available, account.reserved, account.consumed, account.overage, account.next_fence),
+            (0, 17, 13, 2, 4)
+        );
         assert!(sources.iter().all(|l| l.state == LeaseState::Consolidated));
         let new_lease = grant.into_lease("n".into(), "a".into());
         assert!(check_conservation(&account, sources.iter().chain([&new_lease])).is_empty());

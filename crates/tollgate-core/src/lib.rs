@@ -16,8 +16,7 @@ pub mod usage;
 pub use error::{Error, ErrorKind, IngestError};
 pub use ids::validate_id;
 pub use ledger::{
-    Account, Credential, Equation, Grant, Lease, LeaseState, Settlement, Violation,
-    check_conservation, settle,
+    Account, Credential, Equation, Grant, Lease, LeaseState, Settlement, Violation, check_conservation, settle,
 };
 pub use secret::{Secret, SecretHash};
 pub use time::{GrantPolicy, InstantError, InstantPair, PolicyError};

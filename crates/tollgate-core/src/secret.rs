@@ -73,9 +73,6 @@ mod tests {
         assert_eq!(SecretHash::from_slice(&[0u8; 31]), None);
         assert_eq!(secret.expose(), "tgc_abc");
         // The known SHA-256 of the empty string guards against a wrong digest.
-        assert_eq!(
-            SecretHash::of("").0[..4],
-            [0xe3, 0xb0, 0xc4, 0x42]
-        );
+        assert_eq!(SecretHash::of("").0[..4], [0xe3, 0xb0, 0xc4, 0x42]);
     }
 }

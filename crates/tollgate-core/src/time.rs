@@ -175,12 +175,7 @@ mod tests {
     use super::*;
 
     fn policy(max_ttl_ns: i64, grace_ns: i64) -> GrantPolicy {
-        GrantPolicy::new(
-            SignedDuration::from_nanos(max_ttl_ns),
-            SignedDuration::from_nanos(grace_ns),
-            10,
-        )
-        .unwrap()
+        GrantPolicy::new(SignedDuration::from_nanos(max_ttl_ns), SignedDuration::from_nanos(grace_ns), 10).unwrap()
     }
 
     #[test]
@@ -208,7 +203,8 @@ mod tests {
             GrantPolicy::new(s(1), s(0), RECLAIM_BATCH_LIMIT + 1),
             Err(PolicyError::ReclaimBatchMaxOutOfRange { value: RECLAIM_BATCH_LIMIT + 1, limit: RECLAIM_BATCH_LIMIT })
         );
-        let edge = GrantPolicy::new(SignedDuration::from_nanos(1), SignedDuration::from_nanos(7), RECLAIM_BATCH_LIMIT).unwrap();
+        let edge = GrantPolicy::new(SignedDuration::from_nanos(1), SignedDuration::from_nanos(7), RECLAIM_BATCH_LIMIT)
+            .unwrap();
         assert_eq!(edge.max_ttl(), SignedDuration::from_nanos(1));
         assert_eq!(edge.reclaim_grace(), SignedDuration::from_nanos(7));
         assert_eq!(edge.reclaim_batch_max(), RECLAIM_BATCH_LIMIT);
@@ -277,7 +273,10 @@ mod tests {
             assert_eq!(pair.to_timestamp(), Ok(t));
             assert_eq!(i128::from(pair.floor_us) * 1000 + i128::from(pair.submicro_ns), ns);
         }
-        assert_eq!(InstantPair::encode(Timestamp::from_nanosecond(-1).unwrap()), InstantPair { floor_us: -1, submicro_ns: 999 });
+        assert_eq!(
+            InstantPair::encode(Timestamp::from_nanosecond(-1).unwrap()),
+            InstantPair { floor_us: -1, submicro_ns: 999 }
+        );
         assert_eq!(InstantPair::decode(0, 1000), Err(InstantError::SubmicroOutOfRange(1000)));
         assert_eq!(InstantPair::decode(0, -1), Err(InstantError::SubmicroOutOfRange(-1)));
         assert_eq!(InstantPair::decode(0, 999), Ok(Timestamp::from_nanosecond(999).unwrap()));

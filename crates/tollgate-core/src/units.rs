@@ -28,11 +28,7 @@ impl UnitDomain {
 
     /// `units` if it is inside the domain, else `units_out_of_range`.
     pub fn check(self, units: u64) -> Result<u64, Error> {
-        if self.contains(units) {
-            Ok(units)
-        } else {
-            Err(Error::UnitsOutOfRange { units, max: self.max })
-        }
+        if self.contains(units) { Ok(units) } else { Err(Error::UnitsOutOfRange { units, max: self.max }) }
     }
 
     /// `a + b` if the sum stays inside the domain.
@@ -64,7 +60,10 @@ mod tests {
         assert_eq!(i.add(max, 1), None);
         assert_eq!(UnitDomain::U64.add(u64::MAX, 0), Some(u64::MAX));
         assert_eq!(UnitDomain::U64.add(u64::MAX, 1), None);
-        assert_eq!(UnitDomain::U64.add_counter("billed", u64::MAX, 1), Err(Error::CounterOverflow { counter: "billed" }));
+        assert_eq!(
+            UnitDomain::U64.add_counter("billed", u64::MAX, 1),
+            Err(Error::CounterOverflow { counter: "billed" })
+        );
         assert_eq!(UnitDomain::U64.add_counter("billed", 2, 3), Ok(5));
     }
 }

@@ -18,12 +18,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use jiff::Timestamp;
 
+use crate::BATCH_EVENTS_MAX;
 use crate::error::IngestError;
 use crate::ids::is_valid_request_id;
 use crate::ledger::{Account, Credential, Lease, LeaseState};
 use crate::time::GrantPolicy;
 use crate::units::UnitDomain;
-use crate::BATCH_EVENTS_MAX;
 
 /// One reported usage event. Funding is a lease and its fence together, or
 /// neither (overage, billed after the fact).
@@ -242,7 +242,12 @@ fn validate(
 }
 
 /// Applies one accepted event to the plan's copies of the state it touches.
-fn apply(plan: &mut IngestPlan, event: &UsageEvent, domain: UnitDomain, view: &impl UsageView) -> Result<(), IngestError> {
+fn apply(
+    plan: &mut IngestPlan,
+    event: &UsageEvent,
+    domain: UnitDomain,
+    view: &impl UsageView,
+) -> Result<(), IngestError> {
     let refused = |counter| IngestError::Refused { counter };
     let units = event.units;
 
@@ -358,7 +363,10 @@ mod tests {
         let account = &plan.accounts["a"];
         assert_eq!((account.billed, account.overage), (3, 3));
         let credential = &plan.credentials["c"];
-        assert_eq!((credential.accepted_events, credential.accepted_units, credential.last_used_at), (2, 3, Some(at(5))));
+        assert_eq!(
+            (credential.accepted_events, credential.accepted_units, credential.last_used_at),
+            (2, 3, Some(at(5)))
+        );
         assert!(plan.leases.is_empty());
     }
 

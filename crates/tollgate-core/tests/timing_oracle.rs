@@ -4,7 +4,7 @@
 
 use jiff::{SignedDuration, Timestamp};
 use proptest::prelude::*;
-use tollgate_core::time::{legacy_truncated_us, legacy_upper_bound, FLOOR_US_MAX, FLOOR_US_MIN};
+use tollgate_core::time::{FLOOR_US_MAX, FLOOR_US_MIN, legacy_truncated_us, legacy_upper_bound};
 use tollgate_core::{Error, GrantPolicy, InstantPair};
 
 const MIN_NS: i128 = -377_705_023_201 * 1_000_000_000;
@@ -17,21 +17,12 @@ fn ts(ns: i128) -> Timestamp {
 /// Domain instants, biased toward the interesting places: both endpoints, the
 /// epoch, and everything else.
 fn instant_ns() -> impl Strategy<Value = i128> {
-    prop_oneof![
-        MIN_NS..=MAX_NS,
-        MIN_NS..=MIN_NS + 5_000,
-        MAX_NS - 5_000..=MAX_NS,
-        -5_000i128..=5_000,
-    ]
+    prop_oneof![MIN_NS..=MAX_NS, MIN_NS..=MIN_NS + 5_000, MAX_NS - 5_000..=MAX_NS, -5_000i128..=5_000,]
 }
 
 /// Nonnegative graces, including ones longer than the whole domain.
 fn grace_ns() -> impl Strategy<Value = i128> {
-    prop_oneof![
-        0i128..=2_000,
-        0i128..=(MAX_NS - MIN_NS),
-        (MAX_NS - MIN_NS)..=i128::from(i64::MAX) * 1_000_000_000,
-    ]
+    prop_oneof![0i128..=2_000, 0i128..=(MAX_NS - MIN_NS), (MAX_NS - MIN_NS)..=i128::from(i64::MAX) * 1_000_000_000,]
 }
 
 fn duration(ns: i128) -> SignedDuration {

@@ -10,17 +10,14 @@ mod secrets;
 
 pub use memory::MemoryStore;
 pub use model::{
-    AccountView, CheckReport, Consolidated, CreditReceipt, GuardViolation, IssuedCredential,
-    IssuedLease, LeaseHandle, LegacyBoundCount, MigrationStatus, ReclaimReport, ReclaimedLease,
-    Released, StorageStatus, Verification,
+    AccountView, CheckReport, Consolidated, CreditReceipt, GuardViolation, IssuedCredential, IssuedLease, LeaseHandle,
+    LegacyBoundCount, MigrationStatus, ReclaimReport, ReclaimedLease, Released, StorageStatus, Verification,
 };
 pub use secrets::{new_capability, new_credential_id, new_credential_key, new_lease_id};
 
 use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
-use tollgate_core::{
-    Credential, Error, EventOutcome, GrantPolicy, IngestError, Lease, UnitDomain, UsageEvent,
-};
+use tollgate_core::{Credential, Error, EventOutcome, GrantPolicy, IngestError, Lease, UnitDomain, UsageEvent};
 
 /// Where usage goes. Implemented by every store and by the HTTP client, so that
 /// the usage writer works over either.
@@ -42,7 +39,13 @@ pub trait Store: UsageSink {
     /// Idempotent on `credit_id`: a replay with the same units returns the account
     /// with `created = false`; the same id with other units is `credit_conflict`.
     async fn credit(&self, account_id: &str, credit_id: &str, units: u64) -> Result<CreditReceipt, Error>;
-    async fn acquire(&self, account_id: &str, units: u64, ttl: SignedDuration, now: Timestamp) -> Result<IssuedLease, Error>;
+    async fn acquire(
+        &self,
+        account_id: &str,
+        units: u64,
+        ttl: SignedDuration,
+        now: Timestamp,
+    ) -> Result<IssuedLease, Error>;
     async fn release(&self, lease_id: &str, capability: &str, now: Timestamp) -> Result<Released, Error>;
     async fn consolidate(
         &self,

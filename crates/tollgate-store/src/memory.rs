@@ -14,14 +14,13 @@ use tollgate_core::ids::validate_label;
 use tollgate_core::ledger::{self, LeaseState};
 use tollgate_core::usage::{self, UsageView};
 use tollgate_core::{
-    check_conservation, validate_id, Account, Credential, Error, EventOutcome, GrantPolicy,
-    IngestError, Lease, SecretHash, UnitDomain, UsageEvent,
+    Account, Credential, Error, EventOutcome, GrantPolicy, IngestError, Lease, SecretHash, UnitDomain, UsageEvent,
+    check_conservation, validate_id,
 };
 
 use crate::model::{
-    AccountView, CheckReport, Consolidated, CreditReceipt, IssuedCredential, IssuedLease,
-    LeaseHandle, LegacyBoundCount, ReclaimReport, ReclaimedLease, Released, StorageStatus,
-    Verification,
+    AccountView, CheckReport, Consolidated, CreditReceipt, IssuedCredential, IssuedLease, LeaseHandle,
+    LegacyBoundCount, ReclaimReport, ReclaimedLease, Released, StorageStatus, Verification,
 };
 use crate::secrets::{new_capability, new_credential_id, new_credential_key, new_lease_id};
 use crate::{Store, UsageSink};
@@ -197,7 +196,13 @@ impl Store for MemoryStore {
         Ok(CreditReceipt { account: state.view(account_id)?, created: true })
     }
 
-    async fn acquire(&self, account_id: &str, units: u64, ttl: SignedDuration, now: Timestamp) -> Result<IssuedLease, Error> {
+    async fn acquire(
+        &self,
+        account_id: &str,
+        units: u64,
+        ttl: SignedDuration,
+        now: Timestamp,
+    ) -> Result<IssuedLease, Error> {
         let mut state = self.lock();
         let mut account = state.account(account_id)?.clone();
         let grant = ledger::acquire(&mut account, units, ttl, now, &self.policy, DOMAIN)?;
@@ -300,7 +305,9 @@ impl Store for MemoryStore {
             .and_then(|credential_id| state.credentials.get(credential_id))
             .filter(|record| record.key.matches(key));
         Ok(match record {
-            None => Verification { valid: false, credential_id: None, account_id: None, reason: Some("unknown_credential") },
+            None => {
+                Verification { valid: false, credential_id: None, account_id: None, reason: Some("unknown_credential") }
+            }
             Some(record) => {
                 let credential = &record.credential;
                 let revoked = credential.revoked_at.is_some();
