@@ -1,0 +1,16 @@
+//! Tollgate's PostgreSQL side: the embedded migrations, `PostgresStore`, and
+//! (behind the `testing` feature) a per-test database harness.
+//!
+//! Invariants this crate keeps: every SQL statement is parameterised and names
+//! its columns; each store operation is one transaction; rows are locked in one
+//! global order (accounts, then leases, then credentials); the rules themselves
+//! live in `tollgate-core`, never here.
+
+pub mod inspect;
+pub mod migrations;
+pub mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use migrations::{AppliedMigration, MIGRATOR, MigrationError};
+pub use store::{ConnectError, PgStoreConfig, PostgresStore};

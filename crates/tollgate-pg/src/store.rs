@@ -1,0 +1,1517 @@
+//! `PostgresStore`: the store contract over PostgreSQL.
+//!
+//! Like `MemoryStore`, every operation loads the state it needs, hands it to the
+//! same `tollgate-core` functions, and persists what they decided; the two
+//! stores differ only in how they load and persist. Here loading is a locking
+//! read and persisting is one statement, inside one transaction per operation.
+//!
+//! Locks are taken in one global order so that no two operations can wait on
+//! each other in a cycle: account rows first (in `account_id` order), then
+//! lease rows (in `lease_id` order), then credential rows. Every write to a
+//! lease happens under its account's lock. The reclaimer is the exception
+//! that proves the rule: it finds due leases with `FOR UPDATE SKIP LOCKED`
+//! (so concurrent reclaimers never settle a lease twice) and then takes their
+//! accounts with `SKIP LOCKED` as well, so it never waits at all; a lease whose
+//! account is busy stays due for the next pass.
+//!
+//! Reads that depend on a lock come in a statement *after* the one that took
+//! it: under READ COMMITTED each statement sees everything committed before it
+//! began, while a statement that waited for a row lock re-reads only the locked
+//! rows, not its joins or subqueries.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use jiff::{SignedDuration, Timestamp};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{FromRow, PgConnection, PgPool};
+use tollgate_core::ids::validate_label;
+use tollgate_core::ledger::{self, LeaseState};
+use tollgate_core::usage::{self, UsageSnapshot};
+use tollgate_core::{
+    Account, BATCH_EVENTS_MAX, Credential, Error, EventOutcome, GrantPolicy, IngestError,
+    InstantPair, Lease, SecretHash, UnitDomain, UsageEvent, check_conservation, validate_id,
+};
+use tollgate_store::{
+    AccountView, CheckReport, Consolidated, CreditReceipt, IssuedCredential, IssuedLease,
+    LeaseHandle, LegacyBoundCount, MigrationStatus, ReclaimReport, ReclaimedLease, Released,
+    StorageStatus, Store, UsageSink, Verification, new_capability, new_credential_id,
+    new_credential_key, new_lease_id,
+};
+
+use crate::inspect;
+use crate::migrations::{self, AppliedMigration, MigrationError};
+
+/// PostgreSQL's unit domain: nonnegative `BIGINT`.
+const DOMAIN: UnitDomain = UnitDomain::I64;
+
+/// The settings row that pins the reclaim grace shared by every server, as an
+/// ISO 8601 duration (exact to the nanosecond).
+const RECLAIM_GRACE_SETTING: &str = "reclaim_grace";
+
+/// Accounts per page in `check`, which bounds its memory.
+const CHECK_PAGE_ACCOUNTS: i64 = 1_000;
+
+/// Pool settings for `PostgresStore::connect_with`.
+#[derive(Debug, Clone)]
+pub struct PgStoreConfig {
+    pub connections_max: u32,
+    pub acquire_timeout: Duration,
+}
+
+impl Default for PgStoreConfig {
+    fn default() -> Self {
+        Self {
+            connections_max: 16,
+            acquire_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why a `PostgresStore` could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("cannot reach PostgreSQL: {0}")]
+    Unavailable(#[source] sqlx::Error),
+    #[error(transparent)]
+    Migration(#[from] MigrationError),
+}
+
+/// The PostgreSQL-backed store.
+pub struct PostgresStore {
+    pool: PgPool,
+    policy: GrantPolicy,
+    applied: Vec<AppliedMigration>,
+    /// The test database this store lives in, dropped with the store.
+    #[cfg(feature = "testing")]
+    _test_db: Option<crate::testing::TestDb>,
+}
+
+impl PostgresStore {
+    /// Connects with default pool settings; see `connect_with`.
+    pub async fn connect(url: &str, policy: GrantPolicy) -> Result<Self, ConnectError> {
+        Self::connect_with(url, policy, PgStoreConfig::default()).await
+    }
+
+    /// Connects and applies the embedded migrations after sqlx's validation of
+    /// the applied history: a database holding a version this binary does not
+    /// know is refused before anything is served. Servers then call
+    /// `Store::pin_reclaim_grace`.
+    pub async fn connect_with(
+        url: &str,
+        policy: GrantPolicy,
+        config: PgStoreConfig,
+    ) -> Result<Self, ConnectError> {
+        let options: PgConnectOptions = url.parse().map_err(ConnectError::Unavailable)?;
+        let pool = PgPoolOptions::new()
+            .max_connections(config.connections_max)
+            .acquire_timeout(config.acquire_timeout)
+            .connect_with(options)
+            .await
+            .map_err(ConnectError::Unavailable)?;
+        Self::from_pool(pool, policy).await
+    }
+
+    /// `connect_with` over an existing pool.
+    pub async fn from_pool(pool: PgPool, policy: GrantPolicy) -> Result<Self, ConnectError> {
+        let applied = migrations::apply(&pool).await?;
+        Ok(Self {
+            pool,
+            policy,
+            applied,
+            #[cfg(feature = "testing")]
+            _test_db: None,
+        })
+    }
+
+    /// A store on a test database, which is dropped when the store is.
+    #[cfg(feature = "testing")]
+    pub async fn on_test_db(
+        db: crate::testing::TestDb,
+        policy: GrantPolicy,
+    ) -> Result<Self, ConnectError> {
+        let mut store = Self::from_pool(db.pool().clone(), policy).await?;
+        store._test_db = Some(db);
+        Ok(store)
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The migrations that connecting applied (empty when none were pending).
+    pub fn applied_migrations(&self) -> &[AppliedMigration] {
+        &self.applied
+    }
+}
+
+// ------------------------------------------------------------------- errors
+
+fn corrupt(message: String) -> Error {
+    Error::StorageCorrupt(message)
+}
+
+/// Operational failures are retryable; failures that mean the stored data or
+/// schema is not what the store relies on are corruption, which needs repair.
+fn storage_error(error: sqlx::Error) -> Error {
+    use sqlx::Error as E;
+    let corrupt_kind = match &error {
+        E::Database(db) => {
+            let code = db.code().unwrap_or_default();
+            // 22: data exception, 23: integrity violation, 42: the schema is
+            // not the one these statements were written for.
+            code.starts_with("22") || code.starts_with("23") || code.starts_with("42")
+        }
+        E::RowNotFound
+        | E::TypeNotFound { .. }
+        | E::ColumnIndexOutOfBounds { .. }
+        | E::ColumnNotFound(_)
+        | E::ColumnDecode { .. }
+        | E::Decode(_) => true,
+        _ => false,
+    };
+    if corrupt_kind {
+        Error::StorageCorrupt(error.to_string())
+    } else {
+        Error::StorageUnavailable(error.to_string())
+    }
+}
+
+fn ingest_error(error: Error) -> IngestError {
+    match error {
+        Error::StorageUnavailable(message) => IngestError::Unavailable(message),
+        Error::CounterOverflow { counter } => IngestError::Refused { counter },
+        other => IngestError::Corrupt(other.to_string()),
+    }
+}
+
+/// A value the core decided, for a `BIGINT` column. The core keeps values in
+/// `DOMAIN`, so a failure here is an overflow the domain should have refused.
+fn db_i64(value: u64, counter: &'static str) -> Result<i64, Error> {
+    i64::try_from(value).map_err(|_| Error::CounterOverflow { counter })
+}
+
+/// PostgreSQL text cannot hold NUL, so an identifier containing one cannot be
+/// stored and is never found; it is not sent as a parameter either.
+fn storable(text: &str) -> bool {
+    !text.contains('\0')
+}
+
+// --------------------------------------------------------------- row types
+
+// Column lists, spelled once. Every statement names its columns.
+macro_rules! account_columns {
+    () => {
+        "a.account_id, a.credited, a.available, a.reserved, a.consumed, a.overage, a.billed, \
+         a.next_fence"
+    };
+}
+macro_rules! lease_columns {
+    () => {
+        "l.lease_id, l.account_id AS lease_account_id, l.fencing_token, l.capability_hash, \
+         l.granted, l.used, l.state, l.expiry_floor_us, l.expiry_submicro_ns, \
+         l.expiry_is_upper_bound"
+    };
+}
+macro_rules! credential_columns {
+    () => {
+        "c.credential_id, c.account_id AS credential_account_id, c.label, c.key_hash, \
+         c.created_floor_us, c.created_submicro_ns, c.revoked_floor_us, c.revoked_submicro_ns, \
+         c.last_used_floor_us, c.last_used_submicro_ns, c.accepted_events, c.accepted_units"
+    };
+}
+
+#[derive(FromRow)]
+struct AccountRow {
+    account_id: String,
+    credited: i64,
+    available: i64,
+    reserved: i64,
+    consumed: i64,
+    overage: i64,
+    billed: i64,
+    next_fence: i64,
+}
+
+impl AccountRow {
+    fn decode(self) -> Result<Account, Error> {
+        let id = &self.account_id;
+        let counter = |name: &str, value: i64| {
+            u64::try_from(value).map_err(|_| corrupt(format!("account {id}: {name} is {value}")))
+        };
+        let account = Account {
+            credited: counter("credited", self.credited)?,
+            available: counter("available", self.available)?,
+            reserved: counter("reserved", self.reserved)?,
+            consumed: counter("consumed", self.consumed)?,
+            overage: counter("overage", self.overage)?,
+            billed: counter("billed", self.billed)?,
+            next_fence: counter("next_fence", self.next_fence)?,
+            account_id: String::new(),
+        };
+        if account.next_fence == 0 {
+            return Err(corrupt(format!("account {id}: next_fence is 0")));
+        }
+        Ok(Account {
+            account_id: self.account_id,
+            ..account
+        })
+    }
+}
+
+#[derive(FromRow)]
+struct LeaseRow {
+    lease_id: String,
+    lease_account_id: String,
+    fencing_token: i64,
+    capability_hash: Vec<u8>,
+    granted: i64,
+    used: i64,
+    state: String,
+    expiry_floor_us: i64,
+    expiry_submicro_ns: i16,
+    expiry_is_upper_bound: bool,
+}
+
+/// A lease with the hash of its capability, which only stores see.
+struct LeaseRecord {
+    lease: Lease,
+    capability: SecretHash,
+}
+
+impl LeaseRow {
+    fn decode(self) -> Result<LeaseRecord, Error> {
+        let id = &self.lease_id;
+        let bad = |what: String| corrupt(format!("lease {id}: {what}"));
+        if self.fencing_token <= 0 {
+            return Err(bad(format!("fencing_token is {}", self.fencing_token)));
+        }
+        let fencing_token = self.fencing_token.unsigned_abs();
+        let granted =
+            u64::try_from(self.granted).map_err(|_| bad(format!("granted is {}", self.granted)))?;
+        let used = u64::try_from(self.used).map_err(|_| bad(format!("used is {}", self.used)))?;
+        let state = LeaseState::parse(&self.state)
+            .ok_or_else(|| bad(format!("state is {:?}", self.state)))?;
+        let expiry = InstantPair::decode(self.expiry_floor_us, i64::from(self.expiry_submicro_ns))
+            .map_err(|e| bad(format!("expiry: {e}")))?;
+        let capability = SecretHash::from_slice(&self.capability_hash).ok_or_else(|| {
+            bad(format!(
+                "capability_hash has {} bytes",
+                self.capability_hash.len()
+            ))
+        })?;
+        Ok(LeaseRecord {
+            lease: Lease {
+                lease_id: self.lease_id,
+                account_id: self.lease_account_id,
+                fencing_token,
+                granted,
+                used,
+                state,
+                expiry,
+                expiry_is_upper_bound: self.expiry_is_upper_bound,
+            },
+            capability,
+        })
+    }
+}
+
+#[derive(FromRow)]
+struct HeldLeaseRow {
+    #[sqlx(flatten)]
+    account: AccountRow,
+    #[sqlx(flatten)]
+    lease: LeaseRow,
+}
+
+#[derive(FromRow)]
+struct CredentialRow {
+    credential_id: String,
+    credential_account_id: String,
+    label: String,
+    key_hash: Vec<u8>,
+    created_floor_us: i64,
+    created_submicro_ns: i16,
+    revoked_floor_us: Option<i64>,
+    revoked_submicro_ns: Option<i16>,
+    last_used_floor_us: Option<i64>,
+    last_used_submicro_ns: Option<i16>,
+    accepted_events: i64,
+    accepted_units: i64,
+}
+
+struct CredentialRecord {
+    credential: Credential,
+    key: SecretHash,
+}
+
+impl CredentialRow {
+    fn decode(self) -> Result<CredentialRecord, Error> {
+        let id = &self.credential_id;
+        let bad = |what: String| corrupt(format!("credential {id}: {what}"));
+        let instant = |name: &str, floor_us: i64, submicro_ns: i16| {
+            InstantPair::decode(floor_us, i64::from(submicro_ns))
+                .map_err(|e| bad(format!("{name}: {e}")))
+        };
+        let optional = |name: &str, floor_us: Option<i64>, submicro_ns: Option<i16>| match (
+            floor_us,
+            submicro_ns,
+        ) {
+            (None, None) => Ok(None),
+            (Some(floor_us), Some(submicro_ns)) => instant(name, floor_us, submicro_ns).map(Some),
+            _ => Err(bad(format!("{name} has only one of its two columns"))),
+        };
+        let count = |name: &str, value: i64| {
+            u64::try_from(value).map_err(|_| bad(format!("{name} is {value}")))
+        };
+        let credential = Credential {
+            credential_id: String::new(),
+            account_id: self.credential_account_id,
+            label: self.label,
+            created_at: instant("created", self.created_floor_us, self.created_submicro_ns)?,
+            revoked_at: optional("revoked", self.revoked_floor_us, self.revoked_submicro_ns)?,
+            last_used_at: optional(
+                "last_used",
+                self.last_used_floor_us,
+                self.last_used_submicro_ns,
+            )?,
+            accepted_events: count("accepted_events", self.accepted_events)?,
+            accepted_units: count("accepted_units", self.accepted_units)?,
+        };
+        let key = SecretHash::from_slice(&self.key_hash)
+            .ok_or_else(|| bad(format!("key_hash has {} bytes", self.key_hash.len())))?;
+        Ok(CredentialRecord {
+            credential: Credential {
+                credential_id: self.credential_id,
+                ..credential
+            },
+            key,
+        })
+    }
+}
+
+// ---------------------------------------------------------------- persisting
+
+/// Everything one operation decided, written by one statement.
+#[derive(Default)]
+struct Changes<'a> {
+    /// Accounts with their new counters.
+    accounts: Vec<Account>,
+    /// Existing leases with their new `used` and `state`.
+    leases: Vec<Lease>,
+    /// New leases with their capability hashes.
+    granted: Vec<(Lease, SecretHash)>,
+    /// Credentials with their new activity.
+    credentials: Vec<Credential>,
+    /// Newly accepted usage events.
+    events: Vec<&'a UsageEvent>,
+}
+
+/// The one write statement. Each data-modifying CTE consumes parallel arrays
+/// (empty ones are no-ops), so every operation persists in one round trip, and
+/// the counts returned prove every intended row was written.
+const PERSIST_SQL: &str = "
+WITH accounts AS (
+    UPDATE tollgate_accounts AS a
+    SET credited = u.credited, available = u.available, reserved = u.reserved,
+        consumed = u.consumed, overage = u.overage, billed = u.billed,
+        next_fence = u.next_fence
+    FROM unnest($1::text[], $2::int8[], $3::int8[], $4::int8[], $5::int8[], $6::int8[],
+                $7::int8[], $8::int8[])
+        AS u(account_id, credited, available, reserved, consumed, overage, billed, next_fence)
+    WHERE a.account_id = u.account_id
+    RETURNING 1
+), leases AS (
+    UPDATE tollgate_leases AS l
+    SET used = u.used, state = u.state,
+        settled_at = CASE WHEN u.state = 'active' THEN NULL ELSE coalesce(l.settled_at, now()) END
+    FROM unnest($9::text[], $10::int8[], $11::text[]) AS u(lease_id, used, state)
+    WHERE l.lease_id = u.lease_id
+    RETURNING 1
+), granted AS (
+    INSERT INTO tollgate_leases (lease_id, account_id, fencing_token, capability_hash, granted,
+        used, state, expiry_floor_us, expiry_submicro_ns, expiry_is_upper_bound)
+    SELECT u.lease_id, u.account_id, u.fencing_token, u.capability_hash, u.granted,
+        u.used, u.state, u.expiry_floor_us, u.expiry_submicro_ns, u.expiry_is_upper_bound
+    FROM unnest($12::text[], $13::text[], $14::int8[], $15::bytea[], $16::int8[], $17::int8[],
+                $18::text[], $19::int8[], $20::int2[], $21::bool[])
+        AS u(lease_id, account_id, fencing_token, capability_hash, granted, used, state,
+             expiry_floor_us, expiry_submicro_ns, expiry_is_upper_bound)
+    RETURNING 1
+), credentials AS (
+    UPDATE tollgate_credentials AS c
+    SET accepted_events = u.accepted_events, accepted_units = u.accepted_units,
+        last_used_floor_us = u.last_used_floor_us, last_used_submicro_ns = u.last_used_submicro_ns
+    FROM unnest($22::text[], $23::int8[], $24::int8[], $25::int8[], $26::int2[])
+        AS u(credential_id, accepted_events, accepted_units, last_used_floor_us,
+             last_used_submicro_ns)
+    WHERE c.credential_id = u.credential_id
+    RETURNING 1
+), events AS (
+    INSERT INTO tollgate_usage_events (account_id, request_id, credential_id, units,
+        occurred_at_floor_us, occurred_at_submicro_ns, lease_id, fencing_token)
+    SELECT u.account_id, u.request_id, u.credential_id, u.units, u.occurred_at_floor_us,
+        u.occurred_at_submicro_ns, u.lease_id, u.fencing_token
+    FROM unnest($27::text[], $28::text[], $29::text[], $30::int8[], $31::int8[], $32::int2[],
+                $33::text[], $34::int8[])
+        AS u(account_id, request_id, credential_id, units, occurred_at_floor_us,
+             occurred_at_submicro_ns, lease_id, fencing_token)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM accounts), (SELECT count(*) FROM leases),
+       (SELECT count(*) FROM granted), (SELECT count(*) FROM credentials),
+       (SELECT count(*) FROM events)";
+
+async fn persist(conn: &mut PgConnection, changes: &Changes<'_>) -> Result<(), Error> {
+    let mut query = sqlx::query_as::<_, (i64, i64, i64, i64, i64)>(PERSIST_SQL);
+
+    let a = &changes.accounts;
+    let column = |f: fn(&Account) -> u64, name: &'static str| {
+        a.iter()
+            .map(|account| db_i64(f(account), name))
+            .collect::<Result<Vec<i64>, Error>>()
+    };
+    query = query
+        .bind(a.iter().map(|x| x.account_id.clone()).collect::<Vec<_>>())
+        .bind(column(|x| x.credited, "credited")?)
+        .bind(column(|x| x.available, "available")?)
+        .bind(column(|x| x.reserved, "reserved")?)
+        .bind(column(|x| x.consumed, "consumed")?)
+        .bind(column(|x| x.overage, "overage")?)
+        .bind(column(|x| x.billed, "billed")?)
+        .bind(column(|x| x.next_fence, "next_fence")?);
+
+    let l = &changes.leases;
+    query = query
+        .bind(l.iter().map(|x| x.lease_id.clone()).collect::<Vec<_>>())
+        .bind(
+            l.iter()
+                .map(|x| db_i64(x.used, "lease_used"))
+                .collect::<Result<Vec<_>, _>>()?,
+        )
+        .bind(
+            l.iter()
+                .map(|x| x.state.as_str().to_owned())
+                .collect::<Vec<_>>(),
+        );
+
+    let g = &changes.granted;
+    let expiries: Vec<InstantPair> = g
+        .iter()
+        .map(|(x, _)| InstantPair::encode(x.expiry))
+        .collect();
+    query = query
+        .bind(
+            g.iter()
+                .map(|(x, _)| x.lease_id.clone())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            g.iter()
+                .map(|(x, _)| x.account_id.clone())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            g.iter()
+                .map(|(x, _)| db_i64(x.fencing_token, "next_fence"))
+                .collect::<Result<Vec<_>, _>>()?,
+        )
+        .bind(
+            g.iter()
+                .map(|(_, hash)| hash.as_bytes().to_vec())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            g.iter()
+                .map(|(x, _)| db_i64(x.granted, "granted"))
+                .collect::<Result<Vec<_>, _>>()?,
+        )
+        .bind(
+            g.iter()
+                .map(|(x, _)| db_i64(x.used, "lease_used"))
+                .collect::<Result<Vec<_>, _>>()?,
+        )
+        .bind(
+            g.iter()
+                .map(|(x, _)| x.state.as_str().to_owned())
+                .collect::<Vec<_>>(),
+        )
+        .bind(expiries.iter().map(|p| p.floor_us).collect::<Vec<_>>())
+        .bind(expiries.iter().map(|p| p.submicro_ns).collect::<Vec<_>>())
+        .bind(
+            g.iter()
+                .map(|(x, _)| x.expiry_is_upper_bound)
+                .collect::<Vec<_>>(),
+        );
+
+    let c = &changes.credentials;
+    let last_used: Vec<Option<InstantPair>> = c
+        .iter()
+        .map(|x| x.last_used_at.map(InstantPair::encode))
+        .collect();
+    query = query
+        .bind(
+            c.iter()
+                .map(|x| x.credential_id.clone())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            c.iter()
+                .map(|x| db_i64(x.accepted_events, "credential_accepted_events"))
+                .collect::<Result<Vec<_>, _>>()?,
+        )
+        .bind(
+            c.iter()
+                .map(|x| db_i64(x.accepted_units, "credential_accepted_units"))
+                .collect::<Result<Vec<_>, _>>()?,
+        )
+        .bind(
+            last_used
+                .iter()
+                .map(|p| p.map(|p| p.floor_us))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            last_used
+                .iter()
+                .map(|p| p.map(|p| p.submicro_ns))
+                .collect::<Vec<_>>(),
+        );
+
+    let e = &changes.events;
+    let occurred: Vec<InstantPair> = e
+        .iter()
+        .map(|x| InstantPair::encode(x.occurred_at))
+        .collect();
+    query = query
+        .bind(e.iter().map(|x| x.account_id.clone()).collect::<Vec<_>>())
+        .bind(e.iter().map(|x| x.request_id.clone()).collect::<Vec<_>>())
+        .bind(
+            e.iter()
+                .map(|x| x.credential_id.clone())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            e.iter()
+                .map(|x| db_i64(x.units, "units"))
+                .collect::<Result<Vec<_>, _>>()?,
+        )
+        .bind(occurred.iter().map(|p| p.floor_us).collect::<Vec<_>>())
+        .bind(occurred.iter().map(|p| p.submicro_ns).collect::<Vec<_>>())
+        .bind(e.iter().map(|x| x.lease_id.clone()).collect::<Vec<_>>())
+        .bind(
+            e.iter()
+                .map(|x| {
+                    x.fencing_token
+                        .map(|f| db_i64(f, "fencing_token"))
+                        .transpose()
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        );
+
+    let written = query.fetch_one(&mut *conn).await.map_err(storage_error)?;
+    let expected = (a.len(), l.len(), g.len(), c.len(), e.len());
+    let written_usize = (
+        written.0 as usize,
+        written.1 as usize,
+        written.2 as usize,
+        written.3 as usize,
+        written.4 as usize,
+    );
+    if written_usize != expected {
+        return Err(corrupt(format!(
+            "wrote {written_usize:?} (accounts, leases, new leases, credentials, events) rows, \
+             expected {expected:?}: rows vanished under their locks"
+        )));
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------------ loading
+
+/// Locks one account.
+async fn lock_account(conn: &mut PgConnection, account_id: &str) -> Result<Account, Error> {
+    if !storable(account_id) {
+        return Err(Error::AccountNotFound);
+    }
+    let row: Option<AccountRow> = sqlx::query_as(concat!(
+        "SELECT ",
+        account_columns!(),
+        " FROM tollgate_accounts a WHERE a.account_id = $1 FOR NO KEY UPDATE"
+    ))
+    .bind(account_id)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(storage_error)?;
+    row.ok_or(Error::AccountNotFound)?.decode()
+}
+
+/// What locking an account another transaction holds does.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Busy {
+    /// Wait for it.
+    Wait,
+    /// Leave the account out of the result.
+    Skip,
+}
+
+/// Locks accounts in `account_id` order.
+async fn lock_accounts(
+    conn: &mut PgConnection,
+    account_ids: &[String],
+    busy: Busy,
+) -> Result<BTreeMap<String, Account>, Error> {
+    let sql = if busy == Busy::Skip {
+        concat!(
+            "SELECT ",
+            account_columns!(),
+            " FROM tollgate_accounts a WHERE a.account_id = ANY($1) ORDER BY a.account_id \
+             FOR NO KEY UPDATE SKIP LOCKED"
+        )
+    } else {
+        concat!(
+            "SELECT ",
+            account_columns!(),
+            " FROM tollgate_accounts a WHERE a.account_id = ANY($1) ORDER BY a.account_id \
+             FOR NO KEY UPDATE"
+        )
+    };
+    let rows: Vec<AccountRow> = sqlx::query_as(sql)
+        .bind(account_ids)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(storage_error)?;
+    rows.into_iter()
+        .map(|row| {
+            row.decode()
+                .map(|account| (account.account_id.clone(), account))
+        })
+        .collect()
+}
+
+/// Locks leases in `lease_id` order.
+async fn lock_leases(
+    conn: &mut PgConnection,
+    lease_ids: &[String],
+) -> Result<HashMap<String, LeaseRecord>, Error> {
+    let rows: Vec<LeaseRow> = sqlx::query_as(concat!(
+        "SELECT ",
+        lease_columns!(),
+        " FROM tollgate_leases l WHERE l.lease_id = ANY($1) ORDER BY l.lease_id FOR UPDATE"
+    ))
+    .bind(lease_ids)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(storage_error)?;
+    rows.into_iter()
+        .map(|row| {
+            row.decode()
+                .map(|record| (record.lease.lease_id.clone(), record))
+        })
+        .collect()
+}
+
+/// The lease, after checking the caller's capability against its hash.
+fn held(record: Option<&LeaseRecord>, capability: &str) -> Result<Lease, Error> {
+    let record = record.ok_or(Error::LeaseNotFound)?;
+    if !record.capability.matches(capability) {
+        return Err(Error::CapabilityMismatch);
+    }
+    Ok(record.lease.clone())
+}
+
+/// Sorted, deduplicated, storable values.
+fn sorted_ids<'a>(ids: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    ids.into_iter()
+        .filter(|id| storable(id))
+        .collect::<BTreeSet<&str>>()
+        .into_iter()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Ends an operation's transaction: commits what succeeded, and rolls back
+/// what failed at once, so its row locks are released before the error
+/// reaches the caller (a dropped transaction would release them only when its
+/// pooled connection is next used).
+async fn finish<T>(
+    tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    result: Result<T, Error>,
+) -> Result<T, Error> {
+    match result {
+        Ok(value) => {
+            tx.commit().await.map_err(storage_error)?;
+            Ok(value)
+        }
+        Err(error) => {
+            rollback(tx).await;
+            Err(error)
+        }
+    }
+}
+
+/// Rolls back, best effort: if even that fails the connection is broken, and
+/// the server ends the transaction when the connection closes.
+async fn rollback(tx: sqlx::Transaction<'static, sqlx::Postgres>) {
+    let _ = tx.rollback().await;
+}
+
+impl PostgresStore {
+    async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, Error> {
+        self.pool.begin().await.map_err(storage_error)
+    }
+
+    /// Grants a lease the core decided and stages it for persisting.
+    fn stage_grant(
+        account_id: &str,
+        grant: ledger::Grant,
+        changes: &mut Changes<'_>,
+    ) -> IssuedLease {
+        let capability = new_capability();
+        let lease = grant.into_lease(new_lease_id(), account_id.to_owned());
+        changes.granted.push((lease.clone(), capability.hash()));
+        IssuedLease { lease, capability }
+    }
+
+    async fn ingest_inner(
+        &self,
+        batch: &[UsageEvent],
+        now: Timestamp,
+    ) -> Result<Vec<EventOutcome>, IngestError> {
+        // Bound what is loaded before loading it; the core enforces the same bound.
+        if batch.len() > BATCH_EVENTS_MAX {
+            return Err(IngestError::BatchTooLarge {
+                events: batch.len(),
+                max: BATCH_EVENTS_MAX,
+            });
+        }
+        let account_ids = sorted_ids(batch.iter().map(|e| e.account_id.as_str()));
+        let lease_ids = sorted_ids(batch.iter().filter_map(|e| e.lease_id.as_deref()));
+        let credential_ids = sorted_ids(batch.iter().map(|e| e.credential_id.as_str()));
+        let request_ids = sorted_ids(batch.iter().map(|e| e.request_id.as_str()));
+
+        let mut tx = self.begin().await.map_err(ingest_error)?;
+        let result: Result<Vec<EventOutcome>, IngestError> = async {
+            let mut snapshot = UsageSnapshot {
+                accounts: lock_accounts(&mut tx, &account_ids, Busy::Wait)
+                    .await
+                    .map_err(ingest_error)?
+                    .into_iter()
+                    .collect(),
+                ..UsageSnapshot::default()
+            };
+            if !lease_ids.is_empty() {
+                snapshot.leases = lock_leases(&mut tx, &lease_ids)
+                    .await
+                    .map_err(ingest_error)?
+                    .into_iter()
+                    .map(|(id, record)| (id, record.lease))
+                    .collect();
+            }
+            let credentials: Vec<CredentialRow> = sqlx::query_as(concat!(
+                "SELECT ",
+                credential_columns!(),
+                " FROM tollgate_credentials c WHERE c.credential_id = ANY($1) \
+             ORDER BY c.credential_id FOR UPDATE"
+            ))
+            .bind(&credential_ids)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(|e| ingest_error(storage_error(e)))?;
+            for row in credentials {
+                let record = row.decode().map_err(ingest_error)?;
+                snapshot
+                    .credentials
+                    .insert(record.credential.credential_id.clone(), record.credential);
+            }
+            // Read after the account locks, so no accepted ID of these accounts can
+            // be missing from this statement's snapshot.
+            let recorded: Vec<(String, String)> = sqlx::query_as(
+                "SELECT u.account_id, u.request_id FROM tollgate_usage_events u \
+             WHERE u.account_id = ANY($1) AND u.request_id = ANY($2)",
+            )
+            .bind(&account_ids)
+            .bind(&request_ids)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(|e| ingest_error(storage_error(e)))?;
+            snapshot.recorded = recorded.into_iter().collect::<HashSet<_>>();
+
+            let plan = usage::classify(batch, now, &self.policy, DOMAIN, &snapshot)?;
+            if plan.accepted.is_empty() {
+                return Ok(plan.outcomes);
+            }
+            let changes = Changes {
+                accounts: plan.accounts.into_values().collect(),
+                leases: plan.leases.into_values().collect(),
+                credentials: plan.credentials.into_values().collect(),
+                events: plan.accepted.iter().map(|&index| &batch[index]).collect(),
+                granted: Vec::new(),
+            };
+            persist(&mut tx, &changes).await.map_err(ingest_error)?;
+            Ok(plan.outcomes)
+        }
+        .await;
+        match result {
+            Ok(outcomes) => {
+                tx.commit()
+                    .await
+                    .map_err(|e| ingest_error(storage_error(e)))?;
+                Ok(outcomes)
+            }
+            Err(error) => {
+                rollback(tx).await;
+                Err(error)
+            }
+        }
+    }
+
+    fn view_of(account: Account, active_leases: u64) -> AccountView {
+        AccountView {
+            account,
+            active_leases,
+        }
+    }
+}
+
+#[async_trait]
+impl UsageSink for PostgresStore {
+    async fn ingest(
+        &self,
+        batch: Vec<UsageEvent>,
+        now: Timestamp,
+    ) -> Result<Vec<EventOutcome>, IngestError> {
+        self.ingest_inner(&batch, now).await
+    }
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    fn policy(&self) -> &GrantPolicy {
+        &self.policy
+    }
+
+    fn unit_domain(&self) -> UnitDomain {
+        DOMAIN
+    }
+
+    async fn create_account(&self, account_id: &str) -> Result<AccountView, Error> {
+        validate_id("account_id", account_id)?;
+        let account = Account::new(account_id.to_owned());
+        let inserted = sqlx::query(
+            "INSERT INTO tollgate_accounts (account_id, credited, available, reserved, consumed, \
+             overage, billed, next_fence) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+             ON CONFLICT (account_id) DO NOTHING",
+        )
+        .bind(&account.account_id)
+        .bind(db_i64(account.credited, "credited")?)
+        .bind(db_i64(account.available, "available")?)
+        .bind(db_i64(account.reserved, "reserved")?)
+        .bind(db_i64(account.consumed, "consumed")?)
+        .bind(db_i64(account.overage, "overage")?)
+        .bind(db_i64(account.billed, "billed")?)
+        .bind(db_i64(account.next_fence, "next_fence")?)
+        .execute(&self.pool)
+        .await
+        .map_err(storage_error)?;
+        if inserted.rows_affected() == 0 {
+            return Err(Error::AccountExists);
+        }
+        Ok(Self::view_of(account, 0))
+    }
+
+    async fn credit(
+        &self,
+        account_id: &str,
+        credit_id: &str,
+        units: u64,
+    ) -> Result<CreditReceipt, Error> {
+        validate_id("account_id", account_id)?;
+        validate_id("credit_id", credit_id)?;
+        let mut tx = self.begin().await?;
+        let result: Result<CreditReceipt, Error> = async {
+        let mut account = lock_account(&mut tx, account_id).await?;
+        // Read after the lock, so a concurrent credit with this id is seen.
+        let (existing_units, active): (Option<i64>, i64) = sqlx::query_as(
+            "SELECT (SELECT c.units FROM tollgate_credits c WHERE c.account_id = $1 AND c.credit_id = $2), \
+                    (SELECT count(*) FROM tollgate_leases l WHERE l.account_id = $1 AND l.state = 'active')",
+        )
+        .bind(account_id)
+        .bind(credit_id)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(storage_error)?;
+        let active_leases = active.unsigned_abs();
+        if let Some(existing_units) = existing_units {
+            let existing_units = u64::try_from(existing_units)
+                .map_err(|_| corrupt(format!("credit {account_id}/{credit_id}: units is {existing_units}")))?;
+            if existing_units != units {
+                return Err(Error::CreditConflict { existing_units });
+            }
+            return Ok(CreditReceipt { account: Self::view_of(account, active_leases), created: false });
+        }
+        account.credit(units, DOMAIN)?;
+        sqlx::query(
+            "WITH credited AS (
+                 UPDATE tollgate_accounts AS a SET credited = $3, available = $4
+                 WHERE a.account_id = $1
+                 RETURNING a.account_id
+             )
+             INSERT INTO tollgate_credits (account_id, credit_id, units)
+             SELECT credited.account_id, $2, $5 FROM credited",
+        )
+        .bind(account_id)
+        .bind(credit_id)
+        .bind(db_i64(account.credited, "credited")?)
+        .bind(db_i64(account.available, "available")?)
+        .bind(db_i64(units, "units")?)
+        .execute(&mut *tx)
+        .await
+        .map_err(storage_error)?;
+        Ok(CreditReceipt { account: Self::view_of(account, active_leases), created: true })
+        }
+        .await;
+        finish(tx, result).await
+    }
+
+    async fn acquire(
+        &self,
+        account_id: &str,
+        units: u64,
+        ttl: SignedDuration,
+        now: Timestamp,
+    ) -> Result<IssuedLease, Error> {
+        let mut tx = self.begin().await?;
+        let result: Result<IssuedLease, Error> = async {
+            let mut account = lock_account(&mut tx, account_id).await?;
+            let grant = ledger::acquire(&mut account, units, ttl, now, &self.policy, DOMAIN)?;
+            let mut changes = Changes::default();
+            let issued = Self::stage_grant(account_id, grant, &mut changes);
+            changes.accounts.push(account);
+            persist(&mut tx, &changes).await?;
+            Ok(issued)
+        }
+        .await;
+        finish(tx, result).await
+    }
+
+    async fn release(
+        &self,
+        lease_id: &str,
+        capability: &str,
+        now: Timestamp,
+    ) -> Result<Released, Error> {
+        if !storable(lease_id) {
+            return Err(Error::LeaseNotFound);
+        }
+        let mut tx = self.begin().await?;
+        let result: Result<Released, Error> = async {
+            // One locking read for both rows; the OF clauses lock the account
+            // before the lease, the global lock order.
+            let row: Option<HeldLeaseRow> = sqlx::query_as(concat!(
+                "SELECT ",
+                account_columns!(),
+                ", ",
+                lease_columns!(),
+                " FROM tollgate_leases l JOIN tollgate_accounts a ON a.account_id = l.account_id \
+             WHERE l.lease_id = $1 FOR NO KEY UPDATE OF a FOR UPDATE OF l"
+            ))
+            .bind(lease_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(storage_error)?;
+            let row = row.ok_or(Error::LeaseNotFound)?;
+            let mut lease = held(Some(&row.lease.decode()?), capability)?;
+            let mut account = row.account.decode()?;
+            let settlement = ledger::release(&mut account, &mut lease, now, &self.policy, DOMAIN)?;
+            let changes = Changes {
+                accounts: vec![account],
+                leases: vec![lease.clone()],
+                ..Changes::default()
+            };
+            persist(&mut tx, &changes).await?;
+            Ok(Released { lease, settlement })
+        }
+        .await;
+        finish(tx, result).await
+    }
+
+    async fn consolidate(
+        &self,
+        account_id: &str,
+        sources: &[LeaseHandle],
+        extra_units: u64,
+        ttl: SignedDuration,
+        now: Timestamp,
+    ) -> Result<Consolidated, Error> {
+        let mut tx = self.begin().await?;
+        let result: Result<Consolidated, Error> = async {
+            let mut account = lock_account(&mut tx, account_id).await?;
+            let lease_ids = sorted_ids(sources.iter().map(|h| h.lease_id.as_str()));
+            let records = lock_leases(&mut tx, &lease_ids).await?;
+            let mut leases = sources
+                .iter()
+                .map(|handle| held(records.get(&handle.lease_id), &handle.capability))
+                .collect::<Result<Vec<_>, _>>()?;
+            let (grant, settlements) = ledger::consolidate(
+                &mut account,
+                &mut leases,
+                extra_units,
+                ttl,
+                now,
+                &self.policy,
+                DOMAIN,
+            )?;
+            let mut changes = Changes {
+                leases: leases.clone(),
+                ..Changes::default()
+            };
+            let lease = Self::stage_grant(account_id, grant, &mut changes);
+            changes.accounts.push(account);
+            persist(&mut tx, &changes).await?;
+            Ok(Consolidated {
+                lease,
+                settlements: leases.into_iter().zip(settlements).collect(),
+            })
+        }
+        .await;
+        finish(tx, result).await
+    }
+
+    async fn reclaim(&self, now: Timestamp, limit: u32) -> Result<ReclaimReport, Error> {
+        let limit = limit.min(self.policy.reclaim_batch_max());
+        let Some(cutoff) = self.policy.reclaim_cutoff(now) else {
+            return Ok(ReclaimReport {
+                reclaimed: Vec::new(),
+                limit,
+            });
+        };
+        if limit == 0 {
+            return Ok(ReclaimReport {
+                reclaimed: Vec::new(),
+                limit,
+            });
+        }
+        let cutoff = InstantPair::encode(cutoff);
+        let mut tx = self.begin().await?;
+        let result: Result<ReclaimReport, Error> = async {
+            let rows: Vec<LeaseRow> = sqlx::query_as(concat!(
+                "SELECT ",
+                lease_columns!(),
+                " FROM tollgate_leases l WHERE l.state = 'active' \
+             AND (l.expiry_floor_us, l.expiry_submicro_ns) <= ($1, $2) \
+             ORDER BY l.expiry_floor_us, l.expiry_submicro_ns, l.lease_id \
+             LIMIT $3 FOR UPDATE SKIP LOCKED"
+            ))
+            .bind(cutoff.floor_us)
+            .bind(cutoff.submicro_ns)
+            .bind(i64::from(limit))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(storage_error)?;
+            let mut due = rows
+                .into_iter()
+                .map(|row| row.decode().map(|record| record.lease))
+                .collect::<Result<Vec<_>, _>>()?;
+            if due.is_empty() {
+                return Ok(ReclaimReport {
+                    reclaimed: Vec::new(),
+                    limit,
+                });
+            }
+            due.sort_by(|a, b| (&a.account_id, &a.lease_id).cmp(&(&b.account_id, &b.lease_id)));
+            let account_ids = sorted_ids(due.iter().map(|l| l.account_id.as_str()));
+            let mut accounts = lock_accounts(&mut tx, &account_ids, Busy::Skip).await?;
+
+            let mut reclaimed = Vec::with_capacity(due.len());
+            let mut changes = Changes::default();
+            for mut lease in due {
+                // Not locked: another transaction holds the account; next pass.
+                let Some(account) = accounts.get_mut(&lease.account_id) else {
+                    continue;
+                };
+                if let Some(settlement) =
+                    ledger::reclaim(account, &mut lease, now, &self.policy, DOMAIN)?
+                {
+                    reclaimed.push(ReclaimedLease {
+                        lease_id: lease.lease_id.clone(),
+                        account_id: lease.account_id.clone(),
+                        settlement,
+                    });
+                    changes.leases.push(lease);
+                }
+            }
+            let touched: BTreeSet<&str> = changes
+                .leases
+                .iter()
+                .map(|l| l.account_id.as_str())
+                .collect();
+            changes.accounts = accounts
+                .into_values()
+                .filter(|a| touched.contains(a.account_id.as_str()))
+                .collect();
+            if !changes.leases.is_empty() {
+                persist(&mut tx, &changes).await?;
+            }
+            Ok(ReclaimReport { reclaimed, limit })
+        }
+        .await;
+        finish(tx, result).await
+    }
+
+    async fn issue_credential(
+        &self,
+        account_id: &str,
+        label: &str,
+        now: Timestamp,
+    ) -> Result<IssuedCredential, Error> {
+        validate_label(label)?;
+        // PostgreSQL text cannot hold NUL; such a label is not storable here.
+        if !storable(label) {
+            return Err(Error::InvalidLabel);
+        }
+        if !storable(account_id) {
+            return Err(Error::AccountNotFound);
+        }
+        let key = new_credential_key();
+        let credential = Credential {
+            credential_id: new_credential_id(),
+            account_id: account_id.to_owned(),
+            label: label.to_owned(),
+            created_at: now,
+            revoked_at: None,
+            last_used_at: None,
+            accepted_events: 0,
+            accepted_units: 0,
+        };
+        let created = InstantPair::encode(now);
+        let inserted = sqlx::query(
+            "INSERT INTO tollgate_credentials (credential_id, account_id, label, key_hash, \
+             created_floor_us, created_submicro_ns, accepted_events, accepted_units) \
+             SELECT $1, a.account_id, $3, $4, $5, $6, 0, 0 \
+             FROM tollgate_accounts a WHERE a.account_id = $2",
+        )
+        .bind(&credential.credential_id)
+        .bind(account_id)
+        .bind(label)
+        .bind(key.hash().as_bytes().to_vec())
+        .bind(created.floor_us)
+        .bind(created.submicro_ns)
+        .execute(&self.pool)
+        .await
+        .map_err(storage_error)?;
+        if inserted.rows_affected() == 0 {
+            return Err(Error::AccountNotFound);
+        }
+        Ok(IssuedCredential { credential, key })
+    }
+
+    async fn verify_credential(&self, key: &str) -> Result<Verification, Error> {
+        let hash = SecretHash::of(key);
+        let row: Option<CredentialRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            credential_columns!(),
+            " FROM tollgate_credentials c WHERE c.key_hash = $1"
+        ))
+        .bind(hash.as_bytes().to_vec())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(storage_error)?;
+        let record = row
+            .map(CredentialRow::decode)
+            .transpose()?
+            .filter(|record| record.key.matches(key));
+        Ok(match record {
+            None => Verification {
+                valid: false,
+                credential_id: None,
+                account_id: None,
+                reason: Some("unknown_credential"),
+            },
+            Some(record) => {
+                let credential = record.credential;
+                let revoked = credential.revoked_at.is_some();
+                Verification {
+                    valid: !revoked,
+                    credential_id: Some(credential.credential_id),
+                    account_id: Some(credential.account_id),
+                    reason: revoked.then_some("credential_revoked"),
+                }
+            }
+        })
+    }
+
+    async fn revoke_credential(
+        &self,
+        credential_id: &str,
+        now: Timestamp,
+    ) -> Result<Credential, Error> {
+        if !storable(credential_id) {
+            return Err(Error::CredentialNotFound);
+        }
+        let mut tx = self.begin().await?;
+        let result: Result<Credential, Error> = async {
+            let row: Option<CredentialRow> = sqlx::query_as(concat!(
+                "SELECT ",
+                credential_columns!(),
+                " FROM tollgate_credentials c WHERE c.credential_id = $1 FOR UPDATE"
+            ))
+            .bind(credential_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(storage_error)?;
+            let mut credential = row.ok_or(Error::CredentialNotFound)?.decode()?.credential;
+            credential.revoke(now);
+            let revoked = credential.revoked_at.map(InstantPair::encode);
+            sqlx::query(
+                "UPDATE tollgate_credentials SET revoked_floor_us = $2, revoked_submicro_ns = $3 \
+             WHERE credential_id = $1",
+            )
+            .bind(credential_id)
+            .bind(revoked.map(|p| p.floor_us))
+            .bind(revoked.map(|p| p.submicro_ns))
+            .execute(&mut *tx)
+            .await
+            .map_err(storage_error)?;
+            Ok(credential)
+        }
+        .await;
+        finish(tx, result).await
+    }
+
+    async fn account(&self, account_id: &str) -> Result<AccountView, Error> {
+        if !storable(account_id) {
+            return Err(Error::AccountNotFound);
+        }
+        #[derive(FromRow)]
+        struct Row {
+            #[sqlx(flatten)]
+            account: AccountRow,
+            active_leases: i64,
+        }
+        let row: Option<Row> = sqlx::query_as(concat!(
+            "SELECT ",
+            account_columns!(),
+            ", (SELECT count(*) FROM tollgate_leases l \
+                WHERE l.account_id = a.account_id AND l.state = 'active') AS active_leases \
+             FROM tollgate_accounts a WHERE a.account_id = $1"
+        ))
+        .bind(account_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(storage_error)?;
+        let row = row.ok_or(Error::AccountNotFound)?;
+        Ok(Self::view_of(
+            row.account.decode()?,
+            row.active_leases.unsigned_abs(),
+        ))
+    }
+
+    async fn lease(&self, lease_id: &str) -> Result<Lease, Error> {
+        if !storable(lease_id) {
+            return Err(Error::LeaseNotFound);
+        }
+        let row: Option<LeaseRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            lease_columns!(),
+            " FROM tollgate_leases l WHERE l.lease_id = $1"
+        ))
+        .bind(lease_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(storage_error)?;
+        Ok(row.ok_or(Error::LeaseNotFound)?.decode()?.lease)
+    }
+
+    async fn credential(&self, credential_id: &str) -> Result<Credential, Error> {
+        if !storable(credential_id) {
+            return Err(Error::CredentialNotFound);
+        }
+        let row: Option<CredentialRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            credential_columns!(),
+            " FROM tollgate_credentials c WHERE c.credential_id = $1"
+        ))
+        .bind(credential_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(storage_error)?;
+        Ok(row.ok_or(Error::CredentialNotFound)?.decode()?.credential)
+    }
+
+    async fn check(&self) -> Result<CheckReport, Error> {
+        // One snapshot for the whole report, read in bounded pages of accounts.
+        let mut tx = self.begin().await?;
+        let result: Result<CheckReport, Error> = async {
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                .execute(&mut *tx)
+                .await
+                .map_err(storage_error)?;
+            // Seed 003's inspection, in the same snapshot.
+            let guard_violations = inspect::inspect_guards_in(&mut tx)
+                .await
+                .map_err(storage_error)?;
+            let mut report = CheckReport {
+                guard_violations,
+                ..CheckReport::default()
+            };
+            let mut after = String::new();
+            loop {
+                // Only the counters and each active lease's granted and used enter
+                // the equations, so only those are loaded: a row that breaks a guard
+                // (a fence, say) is reported above instead of failing the check.
+                let accounts: Vec<(String, i64, i64, i64, i64, i64, i64)> = sqlx::query_as(
+                "SELECT a.account_id, a.credited, a.available, a.reserved, a.consumed, a.overage, \
+                 a.billed FROM tollgate_accounts a WHERE a.account_id > $1 \
+                 ORDER BY a.account_id LIMIT $2",
+            )
+            .bind(&after)
+            .bind(CHECK_PAGE_ACCOUNTS)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(storage_error)?;
+                let Some(last) = accounts.last() else { break };
+                after = last.0.clone();
+                let page_ids: Vec<String> = accounts.iter().map(|a| a.0.clone()).collect();
+                let leases: Vec<(String, String, i64, i64)> = sqlx::query_as(
+                    "SELECT l.lease_id, l.account_id, l.granted, l.used FROM tollgate_leases l \
+                 WHERE l.account_id = ANY($1) AND l.state = 'active'",
+                )
+                .bind(&page_ids)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(storage_error)?;
+                let mut by_account: HashMap<String, Vec<Lease>> = HashMap::new();
+                for (lease_id, account_id, granted, used) in leases {
+                    let count = |name: &str, value: i64| {
+                        u64::try_from(value)
+                            .map_err(|_| corrupt(format!("lease {lease_id}: {name} is {value}")))
+                    };
+                    let lease = Lease {
+                        granted: count("granted", granted)?,
+                        used: count("used", used)?,
+                        lease_id: lease_id.clone(),
+                        account_id: account_id.clone(),
+                        state: LeaseState::Active,
+                        // Not loaded; no equation reads them.
+                        fencing_token: 1,
+                        expiry: Timestamp::UNIX_EPOCH,
+                        expiry_is_upper_bound: false,
+                    };
+                    by_account.entry(account_id).or_default().push(lease);
+                }
+                for (account_id, credited, available, reserved, consumed, overage, billed) in
+                    accounts
+                {
+                    let row = AccountRow {
+                        account_id,
+                        credited,
+                        available,
+                        reserved,
+                        consumed,
+                        overage,
+                        billed,
+                        // Not loaded; no equation reads it.
+                        next_fence: 1,
+                    };
+                    let account = row.decode()?;
+                    let leases = by_account
+                        .get(&account.account_id)
+                        .map(Vec::as_slice)
+                        .unwrap_or(&[]);
+                    report
+                        .violations
+                        .extend(check_conservation(&account, leases));
+                    report.accounts_checked += 1;
+                }
+            }
+            // Seed 000's inspection query, as written there.
+            let bounds: Vec<(String, bool, i64)> = sqlx::query_as(
+                "SELECT state, expiry_is_upper_bound, count(*) FROM tollgate_leases \
+             GROUP BY state, expiry_is_upper_bound",
+            )
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(storage_error)?;
+            let mut legacy_bounds = bounds
+                .into_iter()
+                .map(|(state, expiry_is_upper_bound, count)| {
+                    let state = LeaseState::parse(&state)
+                        .ok_or_else(|| corrupt(format!("a lease has state {state:?}")))?;
+                    Ok(LegacyBoundCount {
+                        state,
+                        expiry_is_upper_bound,
+                        count: count.unsigned_abs(),
+                    })
+                })
+                .collect::<Result<Vec<_>, Error>>()?;
+            legacy_bounds.sort();
+            report.legacy_bounds = legacy_bounds;
+            Ok(report)
+        }
+        .await;
+        // Read only: finishing commits nothing, it only ends the snapshot.
+        finish(tx, result).await
+    }
+
+    async fn status(&self) -> Result<StorageStatus, Error> {
+        let applied: Vec<i64> = sqlx::query_scalar(
+            "SELECT version FROM _sqlx_migrations WHERE success ORDER BY version",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(storage_error)?;
+        let known = migrations::MIGRATOR.iter().map(|m| m.version).collect();
+        Ok(StorageStatus {
+            backend: "postgres",
+            migrations: Some(MigrationStatus { applied, known }),
+        })
+    }
+
+    async fn pin_reclaim_grace(&self, replace: bool) -> Result<(), Error> {
+        let configured = self.policy.reclaim_grace();
+        if replace {
+            sqlx::query(
+                "INSERT INTO tollgate_settings (key, value) VALUES ($1, $2) \
+                 ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()",
+            )
+            .bind(RECLAIM_GRACE_SETTING)
+            .bind(configured.to_string())
+            .execute(&self.pool)
+            .await
+            .map_err(storage_error)?;
+            return Ok(());
+        }
+        // The CTE's insert is invisible to the outer SELECT of the same
+        // statement, so exactly one branch yields a row: the value this call
+        // recorded, or the one recorded before.
+        let recorded: String = sqlx::query_scalar(
+            "WITH inserted AS (
+                 INSERT INTO tollgate_settings (key, value) VALUES ($1, $2)
+                 ON CONFLICT (key) DO NOTHING
+                 RETURNING value
+             )
+             SELECT value FROM inserted
+             UNION ALL
+             SELECT s.value FROM tollgate_settings s WHERE s.key = $1",
+        )
+        .bind(RECLAIM_GRACE_SETTING)
+        .bind(configured.to_string())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(storage_error)?;
+        let recorded_grace: SignedDuration = recorded.parse().map_err(|e| {
+            corrupt(format!(
+                "tollgate_settings {RECLAIM_GRACE_SETTING} is {recorded:?}: {e}"
+            ))
+        })?;
+        if recorded_grace != configured {
+            return Err(Error::ReclaimGraceMismatch {
+                recorded,
+                configured: configured.to_string(),
+            });
+        }
+        Ok(())
+    }
+}
