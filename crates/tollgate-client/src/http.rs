@@ -1,0 +1,625 @@
+//! The typed HTTP client for every route of Tollgate's `/v1` API, and its
+//! [`UsageSink`] implementation.
+//!
+//! Bodies are the wire types of `tollgate-api`, so the client and the server
+//! cannot disagree on a field name. Every failure is a [`ClientError`] that
+//! carries the server's stable `code`, its `message`, whether a retry can
+//! succeed, and the HTTP status when there was one.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use jiff::{SignedDuration, Timestamp};
+use reqwest::{Method, StatusCode, Url};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tollgate_api::{
+    AccountBody, AcquireRequest, CheckBody, ConsolidateRequest, ConsolidateResponse, CreateAccountRequest,
+    CreateCredentialRequest, CredentialBody, CreditRequest, ErrorBody, HealthBody, IngestRequest, IngestResponse,
+    IssuedCredentialBody, LeaseBody, LeaseHandleBody, OutcomeBody, ReadyBody, ReclaimResponse, ReleaseRequest,
+    ReleaseResponse, UsageEventBody, VerifyRequest, VerifyResponse,
+};
+use tollgate_core::{BATCH_EVENTS_MAX, EventOutcome, IngestError, Outcome, RejectReason, Secret, UsageEvent};
+use tollgate_store::UsageSink;
+
+/// Where the server is, how to authenticate, and how long to wait.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// The server's base URL, e.g. `http://127.0.0.1:8080`. A path prefix
+    /// (`https://host/tollgate`) is kept in front of every route.
+    pub base_url: String,
+    /// The operator token sent as `Authorization: Bearer`: the gateway token
+    /// for a gateway, the admin token for administration. Redacted in `Debug`.
+    pub token: Option<Secret>,
+    /// The whole request, connection included. The server answers 503 `timeout`
+    /// after its own 30 s; a client that gives up earlier abandons a request
+    /// the server may still complete, which idempotent ingestion tolerates.
+    pub request_timeout: Duration,
+    pub connect_timeout: Duration,
+    /// Idle keep-alive connections kept per host, so that consecutive batches
+    /// reuse a connection instead of paying a handshake each.
+    pub idle_connections_per_host_max: usize,
+    pub idle_timeout: Duration,
+}
+
+impl ClientConfig {
+    pub fn new(base_url: impl Into<String>, token: Option<&str>) -> Self {
+        Self {
+            base_url: base_url.into(),
+            token: token.map(|token| Secret::new(token.to_owned())),
+            request_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(2),
+            idle_connections_per_host_max: 32,
+            idle_timeout: Duration::from_secs(90),
+        }
+    }
+}
+
+/// Why a client could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientBuildError {
+    #[error("base URL {url:?} is not an http(s) URL: {reason}")]
+    InvalidBaseUrl { url: String, reason: String },
+    #[error("operator token is not a valid header value")]
+    InvalidToken,
+    #[error("the HTTP client could not be built: {0}")]
+    Http(#[from] reqwest::Error),
+}
+
+/// What kind of failure a [`ClientError`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientErrorKind {
+    /// The server answered with an error body; `code` is its stable code.
+    Api,
+    /// No connection could be made (refused, unreachable, DNS).
+    Connect,
+    /// The request did not finish within `request_timeout`. The server may
+    /// still have processed it.
+    Timeout,
+    /// The connection broke during the exchange. The server may have
+    /// processed the request.
+    Transport,
+    /// The server answered something that is not the documented body.
+    InvalidResponse,
+}
+
+/// A failed request. `code` is the server's stable code for API errors, and
+/// one of `connect_failed`, `timeout`, `transport_failed` or
+/// `invalid_response` otherwise.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}{}: {message}", status.map(|s| format!(" (HTTP {s})")).unwrap_or_default())]
+pub struct ClientError {
+    pub kind: ClientErrorKind,
+    /// The HTTP status, when a response arrived.
+    pub status: Option<u16>,
+    pub code: String,
+    pub message: String,
+    /// Whether sending the same request again can succeed.
+    pub retryable: bool,
+}
+
+impl ClientError {
+    pub fn code(&self) -> &str {
+        &self.code
+    }
+
+    pub fn retryable(&self) -> bool {
+        self.retryable
+    }
+
+    pub fn status(&self) -> Option<u16> {
+        self.status
+    }
+
+    fn without_response(kind: ClientErrorKind, code: &str, message: String) -> Self {
+        Self { kind, status: None, code: code.to_owned(), message, retryable: true }
+    }
+
+    fn of_reqwest(error: &reqwest::Error) -> Self {
+        let message = error_chain(error);
+        if error.is_timeout() {
+            Self::without_response(ClientErrorKind::Timeout, "timeout", message)
+        } else if error.is_connect() {
+            Self::without_response(ClientErrorKind::Connect, "connect_failed", message)
+        } else if error.is_decode() {
+            let status = error.status().map(|s| s.as_u16());
+            Self {
+                kind: ClientErrorKind::InvalidResponse,
+                status,
+                code: "invalid_response".into(),
+                message,
+                retryable: true,
+            }
+        } else {
+            Self::without_response(ClientErrorKind::Transport, "transport_failed", message)
+        }
+    }
+
+    /// An error response: the documented error body when there is one.
+    fn of_response(status: StatusCode, body: &[u8]) -> Self {
+        match serde_json::from_slice::<ErrorBody>(body) {
+            Ok(ErrorBody { error }) => Self {
+                kind: ClientErrorKind::Api,
+                status: Some(status.as_u16()),
+                code: error.code,
+                message: error.message,
+                retryable: error.retryable,
+            },
+            // Not Tollgate's body: a proxy or load balancer answered. Its 5xx
+            // and 429 are worth retrying; anything else will not change.
+            Err(_) => Self {
+                kind: ClientErrorKind::InvalidResponse,
+                status: Some(status.as_u16()),
+                code: "invalid_response".into(),
+                message: format!("HTTP {status} without an error body: {}", snippet(body)),
+                retryable: status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS,
+            },
+        }
+    }
+}
+
+/// The first bytes of a body, for error messages.
+fn snippet(body: &[u8]) -> String {
+    const SNIPPET_BYTES_MAX: usize = 200;
+    let text = String::from_utf8_lossy(&body[..body.len().min(SNIPPET_BYTES_MAX)]);
+    text.into_owned()
+}
+
+/// reqwest's `Display` names only the outermost error; the cause (connection
+/// refused, reset by peer) is what an operator needs.
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
+/// A credit's result: the account afterwards, and whether this call created
+/// the credit (201) or replayed an identical one (200).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credited {
+    pub account: AccountBody,
+    pub created: bool,
+}
+
+/// The typed client. Cloning is cheap and clones share one connection pool.
+#[derive(Clone)]
+pub struct TollgateClient {
+    http: reqwest::Client,
+    base_url: Url,
+    /// `Bearer <token>`, marked sensitive so it is never logged by the stack.
+    authorization: Option<reqwest::header::HeaderValue>,
+}
+
+impl std::fmt::Debug for TollgateClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TollgateClient")
+            .field("base_url", &self.base_url.as_str())
+            .field("authorization", &self.authorization.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl TollgateClient {
+    pub fn new(config: ClientConfig) -> Result<Self, ClientBuildError> {
+        let invalid = |reason: String| ClientBuildError::InvalidBaseUrl { url: config.base_url.clone(), reason };
+        let base_url = Url::parse(&config.base_url).map_err(|e| invalid(e.to_string()))?;
+        if !matches!(base_url.scheme(), "http" | "https") || base_url.cannot_be_a_base() {
+            return Err(invalid("the scheme must be http or https".into()));
+        }
+        let authorization = match &config.token {
+            None => None,
+            Some(token) => {
+                let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {}", token.expose()))
+                    .map_err(|_| ClientBuildError::InvalidToken)?;
+                value.set_sensitive(true);
+                Some(value)
+            }
+        };
+        let http = reqwest::Client::builder()
+            .user_agent(concat!("tollgate-client/", env!("CARGO_PKG_VERSION")))
+            .timeout(config.request_timeout)
+            .connect_timeout(config.connect_timeout)
+            .pool_max_idle_per_host(config.idle_connections_per_host_max)
+            .pool_idle_timeout(config.idle_timeout)
+            .tcp_nodelay(true)
+            .build()?;
+        Ok(Self { http, base_url, authorization })
+    }
+
+    pub fn base_url(&self) -> &Url {
+        &self.base_url
+    }
+
+    /// `POST /v1/accounts` (admin): 201 with the new account.
+    pub async fn create_account(&self, account_id: &str) -> Result<AccountBody, ClientError> {
+        let body = CreateAccountRequest { account_id: account_id.to_owned() };
+        self.json(Method::POST, &["v1", "accounts"], Some(&body)).await.map(|(_, account)| account)
+    }
+
+    /// `GET /v1/accounts/{account_id}` (gateway).
+    pub async fn account(&self, account_id: &str) -> Result<AccountBody, ClientError> {
+        self.json(Method::GET, &["v1", "accounts", account_id], None::<&()>).await.map(|(_, account)| account)
+    }
+
+    /// `POST /v1/accounts/{account_id}/credits` (admin), idempotent on `credit_id`.
+    pub async fn credit(&self, account_id: &str, credit_id: &str, units: u64) -> Result<Credited, ClientError> {
+        let body = CreditRequest { credit_id: credit_id.to_owned(), units };
+        let (status, account) =
+            self.json(Method::POST, &["v1", "accounts", account_id, "credits"], Some(&body)).await?;
+        Ok(Credited { account, created: status == StatusCode::CREATED })
+    }
+
+    /// `POST /v1/accounts/{account_id}/credentials` (admin). The key is in
+    /// this response only.
+    pub async fn issue_credential(&self, account_id: &str, label: &str) -> Result<IssuedCredentialBody, ClientError> {
+        let body = CreateCredentialRequest { label: label.to_owned() };
+        self.json(Method::POST, &["v1", "accounts", account_id, "credentials"], Some(&body))
+            .await
+            .map(|(_, issued)| issued)
+    }
+
+    /// `GET /v1/credentials/{credential_id}` (admin).
+    pub async fn credential(&self, credential_id: &str) -> Result<CredentialBody, ClientError> {
+        self.json(Method::GET, &["v1", "credentials", credential_id], None::<&()>).await.map(|(_, c)| c)
+    }
+
+    /// `POST /v1/credentials/{credential_id}/revoke` (admin).
+    pub async fn revoke_credential(&self, credential_id: &str) -> Result<CredentialBody, ClientError> {
+        self.json(Method::POST, &["v1", "credentials", credential_id, "revoke"], None::<&()>).await.map(|(_, c)| c)
+    }
+
+    /// `POST /v1/credentials/verify` (gateway). Never changes activity.
+    pub async fn verify_credential(&self, key: &str) -> Result<VerifyResponse, ClientError> {
+        let body = VerifyRequest { key: key.to_owned() };
+        self.json(Method::POST, &["v1", "credentials", "verify"], Some(&body)).await.map(|(_, v)| v)
+    }
+
+    /// `POST /v1/accounts/{account_id}/leases` (gateway): 201 with the lease
+    /// and its capability, which is shown only here.
+    pub async fn acquire(&self, account_id: &str, units: u64, ttl: SignedDuration) -> Result<LeaseBody, ClientError> {
+        let body = AcquireRequest { units, ttl };
+        self.json(Method::POST, &["v1", "accounts", account_id, "leases"], Some(&body)).await.map(|(_, l)| l)
+    }
+
+    /// `GET /v1/leases/{lease_id}` (gateway), without the capability.
+    pub async fn lease(&self, lease_id: &str) -> Result<LeaseBody, ClientError> {
+        self.json(Method::GET, &["v1", "leases", lease_id], None::<&()>).await.map(|(_, l)| l)
+    }
+
+    /// `POST /v1/leases/{lease_id}/release` (gateway).
+    pub async fn release(&self, lease_id: &str, capability: &str) -> Result<ReleaseResponse, ClientError> {
+        let body = ReleaseRequest { capability: capability.to_owned() };
+        self.json(Method::POST, &["v1", "leases", lease_id, "release"], Some(&body)).await.map(|(_, r)| r)
+    }
+
+    /// `POST /v1/accounts/{account_id}/leases/consolidate` (gateway): settles
+    /// the sources and grants one lease of their returned units plus
+    /// `extra_units`, all or nothing.
+    pub async fn consolidate(
+        &self,
+        account_id: &str,
+        leases: Vec<LeaseHandleBody>,
+        extra_units: u64,
+        ttl: SignedDuration,
+    ) -> Result<ConsolidateResponse, ClientError> {
+        let body = ConsolidateRequest { leases, extra_units, ttl };
+        self.json(Method::POST, &["v1", "accounts", account_id, "leases", "consolidate"], Some(&body))
+            .await
+            .map(|(_, c)| c)
+    }
+
+    /// `POST /v1/usage` (gateway): one outcome per event, in input order.
+    /// Usually called through [`crate::UsageWriter`], which batches and retries.
+    pub async fn send_usage(&self, events: &[UsageEvent]) -> Result<IngestResponse, ClientError> {
+        let body = IngestRequest { events: events.iter().map(UsageEventBody::from).collect() };
+        self.json(Method::POST, &["v1", "usage"], Some(&body)).await.map(|(_, r)| r)
+    }
+
+    /// `POST /v1/admin/reclaim` (admin): one bounded reclaim pass now.
+    pub async fn reclaim(&self) -> Result<ReclaimResponse, ClientError> {
+        self.json(Method::POST, &["v1", "admin", "reclaim"], None::<&()>).await.map(|(_, r)| r)
+    }
+
+    /// `GET /v1/admin/check` (admin): readiness, conservation, legacy bounds.
+    pub async fn check(&self) -> Result<CheckBody, ClientError> {
+        self.json(Method::GET, &["v1", "admin", "check"], None::<&()>).await.map(|(_, c)| c)
+    }
+
+    /// `GET /healthz`.
+    pub async fn healthz(&self) -> Result<HealthBody, ClientError> {
+        self.json(Method::GET, &["healthz"], None::<&()>).await.map(|(_, h)| h)
+    }
+
+    /// `GET /readyz`: an error with code `not_ready` while storage is not ready.
+    pub async fn readyz(&self) -> Result<ReadyBody, ClientError> {
+        self.json(Method::GET, &["readyz"], None::<&()>).await.map(|(_, r)| r)
+    }
+
+    /// `GET /metrics`: the Prometheus text exposition.
+    pub async fn metrics(&self) -> Result<String, ClientError> {
+        let (_, bytes) = self.send(Method::GET, &["metrics"], None::<&()>).await?;
+        String::from_utf8(bytes).map_err(|e| ClientError {
+            kind: ClientErrorKind::InvalidResponse,
+            status: Some(200),
+            code: "invalid_response".into(),
+            message: format!("metrics are not UTF-8: {e}"),
+            retryable: false,
+        })
+    }
+
+    /// `GET /openapi.json`: the OpenAPI document.
+    pub async fn openapi(&self) -> Result<serde_json::Value, ClientError> {
+        self.json(Method::GET, &["openapi.json"], None::<&()>).await.map(|(_, doc)| doc)
+    }
+
+    /// The URL of a route. Each segment is percent-encoded, so an identifier
+    /// can never change which route is called.
+    fn url(&self, segments: &[&str]) -> Url {
+        let mut url = self.base_url.clone();
+        url.path_segments_mut()
+            .expect("the base URL was checked to be a base at construction")
+            .pop_if_empty()
+            .extend(segments);
+        url
+    }
+
+    async fn json<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        segments: &[&str],
+        body: Option<&B>,
+    ) -> Result<(StatusCode, T), ClientError> {
+        let (status, bytes) = self.send(method, segments, body).await?;
+        let value = serde_json::from_slice(&bytes).map_err(|e| ClientError {
+            kind: ClientErrorKind::InvalidResponse,
+            status: Some(status.as_u16()),
+            code: "invalid_response".into(),
+            message: format!("HTTP {status} body is not the documented shape: {e}: {}", snippet(&bytes)),
+            retryable: false,
+        })?;
+        Ok((status, value))
+    }
+
+    /// Sends one request and reads the whole body; an error status becomes a
+    /// `ClientError` from the error body.
+    async fn send<B: Serialize>(
+        &self,
+        method: Method,
+        segments: &[&str],
+        body: Option<&B>,
+    ) -> Result<(StatusCode, Vec<u8>), ClientError> {
+        let mut request = self.http.request(method, self.url(segments));
+        if let Some(authorization) = &self.authorization {
+            request = request.header(reqwest::header::AUTHORIZATION, authorization.clone());
+        }
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().await.map_err(|e| ClientError::of_reqwest(&e))?;
+        let status = response.status();
+        let bytes = response.bytes().await.map_err(|e| ClientError::of_reqwest(&e))?.to_vec();
+        if status.is_success() { Ok((status, bytes)) } else { Err(ClientError::of_response(status, &bytes)) }
+    }
+}
+
+/// The HTTP transport of the usage writer. `now` is ignored: the server reads
+/// its own clock.
+///
+/// | Response | `IngestError` | Writer |
+/// |---|---|---|
+/// | 200 | outcomes | settled |
+/// | 422 | `Refused` | lost once |
+/// | 413 | `BatchTooLarge` | lost once |
+/// | 503, connection failures, timeouts | `Unavailable` | retried |
+/// | 500 | `Corrupt` | retried |
+/// | any other status (401 bad token, 404 wrong URL, …) | `Unavailable` | retried, then lost as `retries_exhausted` with the code in the message |
+///
+/// A 200 whose outcomes cannot be read (an unknown outcome or rejection code
+/// from a newer server) is `Corrupt`, because the batch was applied but the
+/// writer cannot say how: retrying turns its accepted events into duplicates
+/// the writer counts as redelivered.
+#[async_trait]
+impl UsageSink for TollgateClient {
+    async fn ingest(&self, batch: Vec<UsageEvent>, _now: Timestamp) -> Result<Vec<EventOutcome>, IngestError> {
+        match self.send_usage(&batch).await {
+            Ok(response) => outcomes_of(response.outcomes),
+            Err(error) => Err(ingest_error_of(&error, batch.len())),
+        }
+    }
+}
+
+/// Counter names the stores refuse a batch for. `IngestError::Refused` holds a
+/// static name; the wire carries it only inside the message.
+const REFUSABLE_COUNTERS: [&str; 11] = [
+    "credential_accepted_events",
+    "credential_accepted_units",
+    "lease_used",
+    "next_fence",
+    "available",
+    "consumed",
+    "credited",
+    "reserved",
+    "overage",
+    "granted",
+    "billed",
+];
+
+/// Maps a failed `POST /v1/usage` to the store contract's error.
+pub fn ingest_error_of(error: &ClientError, events: usize) -> IngestError {
+    let described = || error.to_string();
+    match (error.kind, error.status) {
+        (ClientErrorKind::Api, Some(422)) => {
+            let counter =
+                REFUSABLE_COUNTERS.into_iter().find(|counter| error.message.contains(counter)).unwrap_or("unknown");
+            IngestError::Refused { counter }
+        }
+        (ClientErrorKind::Api | ClientErrorKind::InvalidResponse, Some(413)) => {
+            IngestError::BatchTooLarge { events, max: BATCH_EVENTS_MAX }
+        }
+        (_, Some(500)) => IngestError::Corrupt(described()),
+        _ => IngestError::Unavailable(described()),
+    }
+}
+
+/// Reads the outcomes of a 200 answer.
+pub fn outcomes_of(outcomes: Vec<OutcomeBody>) -> Result<Vec<EventOutcome>, IngestError> {
+    outcomes
+        .into_iter()
+        .map(|body| {
+            let outcome = match (body.outcome.as_str(), body.reason.as_deref()) {
+                ("accepted", _) => Outcome::Accepted,
+                ("duplicate", _) => Outcome::Duplicate,
+                ("rejected", Some(reason)) => Outcome::Rejected(RejectReason::parse(reason).ok_or_else(|| {
+                    IngestError::Corrupt(format!(
+                        "event {:?} was rejected for an unknown reason {reason:?}",
+                        body.request_id
+                    ))
+                })?),
+                (outcome, reason) => {
+                    return Err(IngestError::Corrupt(format!(
+                        "event {:?} has an unknown outcome {outcome:?} (reason {reason:?})",
+                        body.request_id
+                    )));
+                }
+            };
+            Ok(EventOutcome { request_id: body.request_id, outcome })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(status: u16, code: &str, message: &str, retryable: bool) -> ClientError {
+        ClientError {
+            kind: ClientErrorKind::Api,
+            status: Some(status),
+            code: code.into(),
+            message: message.into(),
+            retryable,
+        }
+    }
+
+    #[test]
+    fn usage_failures_map_to_the_store_contract() {
+        let refused = api(422, "batch_refused", "batch refused: accepting it would overflow lease_used", false);
+        let cases: Vec<(ClientError, IngestError)> = vec![
+            (refused, IngestError::Refused { counter: "lease_used" }),
+            (
+                api(422, "batch_refused", "batch refused: accepting it would overflow billed", false),
+                IngestError::Refused { counter: "billed" },
+            ),
+            (api(422, "batch_refused", "something new", false), IngestError::Refused { counter: "unknown" }),
+            (
+                api(413, "batch_too_large", "batch holds 10001 events", false),
+                IngestError::BatchTooLarge { events: 7, max: BATCH_EVENTS_MAX },
+            ),
+            (
+                api(413, "payload_too_large", "request body exceeds 16 bytes", false),
+                IngestError::BatchTooLarge { events: 7, max: BATCH_EVENTS_MAX },
+            ),
+        ];
+        for (error, expected) in cases {
+            assert_eq!(ingest_error_of(&error, 7), expected, "{error}");
+        }
+        let retryable: Vec<(ClientError, &str)> = vec![
+            (api(503, "storage_unavailable", "db down", true), "storage_unavailable"),
+            (api(503, "timeout", "slow", true), "storage_unavailable"),
+            (api(500, "storage_corrupt", "bad row", true), "storage_corrupt"),
+            (api(401, "unauthorized", "bad token", false), "storage_unavailable"),
+            (api(404, "not_found", "no route", false), "storage_unavailable"),
+            (
+                ClientError::without_response(ClientErrorKind::Connect, "connect_failed", "refused".into()),
+                "storage_unavailable",
+            ),
+            (ClientError::without_response(ClientErrorKind::Timeout, "timeout", "slow".into()), "storage_unavailable"),
+            (
+                ClientError::without_response(ClientErrorKind::Transport, "transport_failed", "reset".into()),
+                "storage_unavailable",
+            ),
+            (ClientError::of_response(StatusCode::BAD_GATEWAY, b"<html>"), "storage_unavailable"),
+        ];
+        for (error, code) in retryable {
+            let mapped = ingest_error_of(&error, 1);
+            assert_eq!(mapped.code(), code, "{error}");
+            assert!(mapped.retryable(), "{error}");
+            assert!(mapped.to_string().contains(error.code()), "the cause stays visible: {mapped}");
+        }
+    }
+
+    #[test]
+    fn error_bodies_keep_code_message_retryable_and_status() {
+        let body = br#"{"error":{"code":"insufficient_balance","message":"insufficient balance: 1 available, 2 requested","retryable":false}}"#;
+        let error = ClientError::of_response(StatusCode::CONFLICT, body);
+        assert_eq!(error, api(409, "insufficient_balance", "insufficient balance: 1 available, 2 requested", false));
+        assert_eq!(
+            error.to_string(),
+            "insufficient_balance (HTTP 409): insufficient balance: 1 available, 2 requested"
+        );
+
+        let proxy = ClientError::of_response(StatusCode::BAD_GATEWAY, b"<html>bad gateway</html>");
+        assert_eq!(
+            (proxy.kind, proxy.code.as_str(), proxy.retryable),
+            (ClientErrorKind::InvalidResponse, "invalid_response", true)
+        );
+        let teapot = ClientError::of_response(StatusCode::IM_A_TEAPOT, b"");
+        assert!(!teapot.retryable);
+        let throttled = ClientError::of_response(StatusCode::TOO_MANY_REQUESTS, b"");
+        assert!(throttled.retryable);
+    }
+
+    #[test]
+    fn outcomes_are_read_strictly() {
+        let wire = |outcome: &str, reason: Option<&str>| OutcomeBody {
+            request_id: "r".into(),
+            outcome: outcome.into(),
+            reason: reason.map(str::to_owned),
+        };
+        let read = outcomes_of(vec![
+            wire("accepted", None),
+            wire("duplicate", None),
+            wire("rejected", Some("fence_mismatch")),
+        ])
+        .unwrap();
+        let kinds: Vec<Outcome> = read.into_iter().map(|o| o.outcome).collect();
+        assert_eq!(kinds, [Outcome::Accepted, Outcome::Duplicate, Outcome::Rejected(RejectReason::FenceMismatch)]);
+        for bad in [wire("rejected", Some("new_reason")), wire("rejected", None), wire("deferred", None)] {
+            let error = outcomes_of(vec![bad.clone()]).unwrap_err();
+            assert_eq!(error.code(), "storage_corrupt", "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn routes_are_joined_under_the_base_path_with_encoded_segments() {
+        let client = |base: &str| TollgateClient::new(ClientConfig::new(base, Some("t"))).unwrap();
+        assert_eq!(
+            client("http://127.0.0.1:8080").url(&["v1", "accounts", "a-1"]).as_str(),
+            "http://127.0.0.1:8080/v1/accounts/a-1"
+        );
+        assert_eq!(
+            client("https://h/tollgate/").url(&["v1", "leases", "l"]).as_str(),
+            "https://h/tollgate/v1/leases/l"
+        );
+        assert_eq!(client("http://h").url(&["v1", "accounts", "../admin"]).as_str(), "http://h/v1/accounts/..%2Fadmin");
+        assert!(matches!(
+            TollgateClient::new(ClientConfig::new("ftp://h", None)),
+            Err(ClientBuildError::InvalidBaseUrl { .. })
+        ));
+        assert!(matches!(
+            TollgateClient::new(ClientConfig::new("not a url", None)),
+            Err(ClientBuildError::InvalidBaseUrl { .. })
+        ));
+        assert!(matches!(
+            TollgateClient::new(ClientConfig::new("http://h", Some("bad\ntoken"))),
+            Err(ClientBuildError::InvalidToken)
+        ));
+        let debug = format!("{:?}", client("http://h"));
+        assert!(!debug.contains("Bearer"), "{debug}");
+    }
+}

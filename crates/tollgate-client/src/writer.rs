@@ -1,0 +1,591 @@
+//! The usage writer: a bounded, batching, retrying queue in front of any
+//! [`UsageSink`].
+
+use std::collections::VecDeque;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use rand::Rng;
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+use tollgate_core::{EventOutcome, IngestError, Outcome, UsageEvent};
+use tollgate_store::UsageSink;
+
+use crate::config::{ConfigError, WriterConfig};
+use crate::stats::{LossReason, LossReport, Tally, WriterStats};
+
+/// Called once for every [`LossReport`], on the writer's worker task. It must
+/// return quickly and must not block: hand the report to a channel or a log.
+/// A panic inside it is caught and does not stop the writer.
+pub type LossCallback = Arc<dyn Fn(&LossReport) + Send + Sync>;
+
+/// The wall clock the writer passes to [`UsageSink::ingest`] as `now`. The HTTP
+/// sink ignores it (the server supplies its own); a store used directly judges
+/// lease expiry by it.
+pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
+/// Why `record` did not take an event. Either way the caller gets the event
+/// back, so nothing is dropped without the caller knowing. The event is boxed
+/// to keep `record`'s result small on the hot path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    #[error("the usage queue is full ({queue_events_max} events); the event was not recorded")]
+    QueueFull { event: Box<UsageEvent>, queue_events_max: usize },
+    #[error("the usage writer is shutting down; the event was not recorded")]
+    Closed { event: Box<UsageEvent> },
+}
+
+impl RecordError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            RecordError::QueueFull { .. } => "queue_full",
+            RecordError::Closed { .. } => "writer_closed",
+        }
+    }
+
+    /// The event that was not recorded.
+    pub fn into_event(self) -> UsageEvent {
+        match self {
+            RecordError::QueueFull { event, .. } | RecordError::Closed { event } => *event,
+        }
+    }
+}
+
+/// The worker task ended without settling everything: a bug in the writer, as
+/// every failure of a sink or a callback is caught and settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the usage writer's worker stopped unexpectedly")]
+pub struct WriterStopped;
+
+/// A bounded, batching writer of usage events over any [`UsageSink`]: the HTTP
+/// client ([`crate::TollgateClient`]) or a store used directly.
+///
+/// **Recording.** [`record`](Self::record) never blocks and never waits for the
+/// network. It appends the event to an in-memory queue of at most
+/// `queue_events_max` events. When the queue is full the writer applies
+/// back-pressure rather than loss: `record` returns
+/// [`RecordError::QueueFull`] with the event, counts it in
+/// [`WriterStats::turned_away_full`], and the event is not part of `recorded`.
+/// The caller, who still holds the end-user request, decides what to do: refuse
+/// the request, wait and record again, or serve it unmetered knowingly. Silently
+/// evicting queued events instead would bill less than was served with nobody
+/// deciding so.
+///
+/// **Batching.** One worker task takes up to `batch_events_max` events from the
+/// front of the queue as soon as that many are queued, or once the oldest has
+/// waited `batch_age_max`, or when a `flush` or `shutdown` asks for them. It
+/// sends one batch at a time, in recording order.
+///
+/// **Retrying.** `IngestError::Unavailable` and `IngestError::Corrupt` (for
+/// the HTTP sink also connection errors, timeouts, 503 and 500) are retried with
+/// the same batch, with capped exponential backoff and jitter, at most
+/// `retry.attempts_max` attempts in all; then the batch is lost as
+/// `retries_exhausted`. Resending the same request IDs is safe because ingestion
+/// is idempotent per `(account, request_id)`: an event applied by an attempt
+/// whose answer was lost comes back `duplicate` and is billed once.
+///
+/// **Never retried.** `IngestError::Refused` (HTTP 422: accepting the batch
+/// would overflow a counter) is terminal for the unchanged batch and
+/// `IngestError::BatchTooLarge` (HTTP 413) cannot succeed either: the batch goes
+/// straight to loss reporting, once.
+///
+/// **Accounting.** Every recorded event ends in exactly one of accepted,
+/// duplicate, rejected (by reason) or lost (by reason); see [`WriterStats`].
+/// Losses are also reported, one [`LossReport`] per batch, to the callback set
+/// with [`WriterBuilder::on_loss`].
+///
+/// **Draining.** [`flush`](Self::flush) returns once every event recorded
+/// before it is settled. [`shutdown`](Self::shutdown) stops recording, delivers
+/// what it can before its deadline and reports the rest lost as
+/// `shutdown_deadline`, cutting off a sink call still in flight at the deadline
+/// (observed within the timer's millisecond resolution).
+///
+/// The handle is cheap to clone. When the last clone is dropped without
+/// `shutdown`, the writer stops recording and its worker delivers what is
+/// queued under the normal retry policy before it exits.
+#[derive(Clone)]
+pub struct UsageWriter {
+    handle: Arc<Handle>,
+}
+
+/// Builds a [`UsageWriter`] with optional loss callback and clock.
+pub struct WriterBuilder {
+    sink: Arc<dyn UsageSink>,
+    config: WriterConfig,
+    on_loss: Option<LossCallback>,
+    clock: Clock,
+}
+
+impl WriterBuilder {
+    /// Subscribes to loss reports. See [`LossCallback`].
+    pub fn on_loss(mut self, callback: impl Fn(&LossReport) + Send + Sync + 'static) -> Self {
+        self.on_loss = Some(Arc::new(callback));
+        self
+    }
+
+    /// Replaces the wall clock, `Timestamp::now` by default.
+    pub fn clock(mut self, clock: impl Fn() -> Timestamp + Send + Sync + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Validates the configuration and starts the worker task. Must be called
+    /// inside a Tokio runtime.
+    pub fn spawn(self) -> Result<UsageWriter, ConfigError> {
+        self.config.validate()?;
+        let (settled_tx, settled_rx) = watch::channel(0u64);
+        let (done_tx, done_rx) = watch::channel(false);
+        let (deadline_tx, _) = watch::channel(None);
+        let shared = Arc::new(Shared {
+            config: self.config,
+            state: Mutex::new(State {
+                queue: VecDeque::new(),
+                stats: WriterStats::default(),
+                settled_events: 0,
+                flush_upto: 0,
+                closing: false,
+            }),
+            wake: Notify::new(),
+            deadline: deadline_tx,
+            settled: settled_rx,
+            done: done_rx,
+        });
+        let worker = Worker {
+            shared: shared.clone(),
+            sink: self.sink,
+            on_loss: self.on_loss,
+            clock: self.clock,
+            settled: settled_tx,
+            done: done_tx,
+        };
+        tokio::spawn(worker.run());
+        Ok(UsageWriter { handle: Arc::new(Handle { shared }) })
+    }
+}
+
+impl UsageWriter {
+    /// A writer with no loss callback and the system clock.
+    pub fn spawn(sink: Arc<dyn UsageSink>, config: WriterConfig) -> Result<Self, ConfigError> {
+        Self::builder(sink, config).spawn()
+    }
+
+    pub fn builder(sink: Arc<dyn UsageSink>, config: WriterConfig) -> WriterBuilder {
+        WriterBuilder { sink, config, on_loss: None, clock: Arc::new(Timestamp::now) }
+    }
+
+    pub fn config(&self) -> &WriterConfig {
+        &self.handle.shared.config
+    }
+
+    /// Queues `event` without waiting. See the type's documentation for what
+    /// happens when the queue is full.
+    pub fn record(&self, event: UsageEvent) -> Result<(), RecordError> {
+        let shared = &self.handle.shared;
+        let mut state = shared.lock();
+        if state.closing {
+            state.stats.turned_away_closed += 1;
+            return Err(RecordError::Closed { event: Box::new(event) });
+        }
+        if state.queue.len() >= shared.config.queue_events_max {
+            state.stats.turned_away_full += 1;
+            return Err(RecordError::QueueFull {
+                event: Box::new(event),
+                queue_events_max: shared.config.queue_events_max,
+            });
+        }
+        state.stats.recorded.add_event(event.units);
+        state.stats.queued.add_event(event.units);
+        state.queue.push_back(Queued { event, recorded_at: Instant::now() });
+        let queued = state.queue.len();
+        drop(state);
+        // The worker needs waking only to start an age timer or to send a full
+        // batch; in between it already knows when to look again.
+        if queued == 1 || queued >= shared.config.batch_events_max {
+            shared.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> WriterStats {
+        self.handle.shared.lock().stats.clone()
+    }
+
+    /// Returns once every event recorded before this call is settled
+    /// (accepted, duplicate, rejected or lost), sending partial batches at once
+    /// rather than waiting for their age. How long that takes is bounded by the
+    /// retry policy: at most `attempts_max` attempts and backoffs per batch.
+    pub async fn flush(&self) -> Result<WriterStats, WriterStopped> {
+        let shared = &self.handle.shared;
+        let target = {
+            let mut state = shared.lock();
+            let recorded = state.stats.recorded.events;
+            state.flush_upto = state.flush_upto.max(recorded);
+            recorded
+        };
+        shared.wake.notify_one();
+        let mut settled = shared.settled.clone();
+        settled.wait_for(|events| *events >= target).await.map_err(|_| WriterStopped)?;
+        Ok(self.stats())
+    }
+
+    /// Stops recording, delivers what it can within `timeout`, reports the rest
+    /// lost (`shutdown_deadline`) and returns the final counters, in which
+    /// nothing is queued or in flight. It returns at the deadline at the
+    /// latest, give or take the timer's resolution (Tokio's timers tick in
+    /// milliseconds) and the loss callback's own run time: a sink call still
+    /// in flight then is abandoned, and its events are reported lost with
+    /// `maybe_applied` set. Calling it again (or from a clone) shortens the
+    /// deadline if the new one is earlier.
+    pub async fn shutdown(&self, timeout: Duration) -> Result<WriterStats, WriterStopped> {
+        let shared = &self.handle.shared;
+        shared.close(Instant::now().checked_add(timeout));
+        let mut done = shared.done.clone();
+        done.wait_for(|done| *done).await.map_err(|_| WriterStopped)?;
+        Ok(self.stats())
+    }
+
+    /// Whether `shutdown` was called or every handle dropped.
+    pub fn is_closed(&self) -> bool {
+        self.handle.shared.lock().closing
+    }
+}
+
+/// Owned by every clone of a `UsageWriter`; dropping the last one closes it.
+struct Handle {
+    shared: Arc<Shared>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.shared.close(None);
+    }
+}
+
+struct Shared {
+    config: WriterConfig,
+    state: Mutex<State>,
+    /// Wakes the worker: new work, a flush, or closing.
+    wake: Notify,
+    /// The shutdown deadline, watched by the worker so that a sink call or a
+    /// backoff in progress is cut off when it passes.
+    deadline: watch::Sender<Option<Instant>>,
+    /// Settled event count, published by the worker after each batch.
+    settled: watch::Receiver<u64>,
+    /// Set by the worker when it exits after draining.
+    done: watch::Receiver<bool>,
+}
+
+struct State {
+    queue: VecDeque<Queued>,
+    stats: WriterStats,
+    /// Events settled so far. Batches settle in recording order, so the first
+    /// `settled_events` recorded events are exactly the settled ones.
+    settled_events: u64,
+    /// A flush wants every event recorded before this count sent now.
+    flush_upto: u64,
+    closing: bool,
+}
+
+struct Queued {
+    event: UsageEvent,
+    recorded_at: Instant,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every critical section only moves whole values and counters, so the
+        // state is consistent even if a holder panicked.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn close(&self, deadline: Option<Instant>) {
+        self.lock().closing = true;
+        if let Some(deadline) = deadline {
+            self.deadline.send_modify(|current| {
+                *current = Some(current.map_or(deadline, |current| current.min(deadline)));
+            });
+        }
+        self.wake.notify_one();
+    }
+}
+
+impl State {
+    fn take_batch(&mut self, events_max: usize) -> Vec<UsageEvent> {
+        let count = events_max.min(self.queue.len());
+        let batch: Vec<UsageEvent> = self.queue.drain(..count).map(|queued| queued.event).collect();
+        let tally = Tally::of(&batch);
+        self.stats.queued.remove(tally);
+        self.stats.in_flight.add(tally);
+        self.stats.batches += 1;
+        batch
+    }
+}
+
+struct Worker {
+    shared: Arc<Shared>,
+    sink: Arc<dyn UsageSink>,
+    on_loss: Option<LossCallback>,
+    clock: Clock,
+    settled: watch::Sender<u64>,
+    done: watch::Sender<bool>,
+}
+
+/// How one attempt ended.
+enum Attempt {
+    Answered(Result<Vec<EventOutcome>, IngestError>),
+    /// The shutdown deadline passed while the sink call was in flight.
+    CutOff,
+}
+
+impl Worker {
+    async fn run(self) {
+        while let Some(batch) = self.next_batch().await {
+            self.deliver(batch).await;
+        }
+        self.done.send_replace(true);
+    }
+
+    /// Waits until a batch is due and takes it; `None` once closed and empty.
+    async fn next_batch(&self) -> Option<Vec<UsageEvent>> {
+        let config = &self.shared.config;
+        loop {
+            let due = {
+                let mut state = self.shared.lock();
+                match state.queue.front() {
+                    None if state.closing => return None,
+                    None => None,
+                    Some(front) => {
+                        let due = front.recorded_at + config.batch_age_max;
+                        let ready = state.closing
+                            || state.queue.len() >= config.batch_events_max
+                            || state.flush_upto > state.settled_events
+                            || due <= Instant::now();
+                        if ready {
+                            return Some(state.take_batch(config.batch_events_max));
+                        }
+                        Some(due)
+                    }
+                }
+            };
+            match due {
+                Some(due) => {
+                    tokio::select! {
+                        () = self.shared.wake.notified() => {}
+                        () = tokio::time::sleep_until(due) => {}
+                    }
+                }
+                None => self.shared.wake.notified().await,
+            }
+        }
+    }
+
+    /// Sends one batch until it is answered, refused, out of attempts or out of
+    /// time, and settles every event of it.
+    async fn deliver(&self, batch: Vec<UsageEvent>) {
+        let retry = self.shared.config.retry;
+        let mut deadline = self.shared.deadline.subscribe();
+        let mut attempts: u32 = 0;
+        // Set once an attempt may have been applied without us hearing so.
+        let mut ambiguous = false;
+        let mut last_error: Option<IngestError> = None;
+        loop {
+            if deadline.borrow().is_some_and(|deadline| deadline <= Instant::now()) {
+                let message = match &last_error {
+                    Some(error) => format!("shutdown deadline passed while retrying after: {error}"),
+                    None => "shutdown deadline passed before the batch was sent".to_owned(),
+                };
+                let code = last_error.as_ref().map(IngestError::code);
+                return self.lose(batch, LossReason::ShutdownDeadline, code, message, attempts, ambiguous);
+            }
+            attempts += 1;
+            self.shared.lock().stats.attempts += 1;
+            let answer = match self.attempt(&batch, &mut deadline).await {
+                Attempt::Answered(answer) => answer.and_then(|outcomes| check_outcomes(&batch, outcomes)),
+                Attempt::CutOff => {
+                    let message = "shutdown deadline passed while the batch was in flight".to_owned();
+                    return self.lose(batch, LossReason::ShutdownDeadline, None, message, attempts, true);
+                }
+            };
+            let error = match answer {
+                Ok(outcomes) => return self.settle(&batch, &outcomes, ambiguous),
+                Err(error) => error,
+            };
+            if let Some(reason) = LossReason::of_terminal(&error) {
+                return self.lose(batch, reason, Some(error.code()), error.to_string(), attempts, ambiguous);
+            }
+            ambiguous = true;
+            if attempts >= retry.attempts_max {
+                let message = format!("gave up after {attempts} attempts; the last failed with: {error}");
+                return self.lose(batch, LossReason::RetriesExhausted, Some(error.code()), message, attempts, true);
+            }
+            let pause = retry.backoff(attempts, |bound| rand::rng().random_range(0..=bound));
+            last_error = Some(error);
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = deadline_passed(&mut deadline) => {}
+            }
+        }
+    }
+
+    /// One call to the sink, on its own task so that a panicking sink becomes
+    /// a retryable failure and a call in flight can be abandoned at the deadline.
+    async fn attempt(&self, batch: &[UsageEvent], deadline: &mut watch::Receiver<Option<Instant>>) -> Attempt {
+        let sink = self.sink.clone();
+        let events = batch.to_vec();
+        let now = (self.clock)();
+        let mut call = tokio::spawn(async move { sink.ingest(events, now).await });
+        tokio::select! {
+            joined = &mut call => Attempt::Answered(joined.unwrap_or_else(|join_error| {
+                Err(IngestError::Unavailable(format!("the usage sink failed: {join_error}")))
+            })),
+            () = deadline_passed(deadline) => {
+                call.abort();
+                Attempt::CutOff
+            }
+        }
+    }
+
+    fn settle(&self, batch: &[UsageEvent], outcomes: &[EventOutcome], after_ambiguous: bool) {
+        let settled = {
+            let mut state = self.shared.lock();
+            let stats = &mut state.stats;
+            for (event, outcome) in batch.iter().zip(outcomes) {
+                match outcome.outcome {
+                    Outcome::Accepted => stats.accepted.add_event(event.units),
+                    Outcome::Duplicate => {
+                        stats.duplicate.add_event(event.units);
+                        if after_ambiguous {
+                            stats.redelivered.add_event(event.units);
+                        }
+                    }
+                    Outcome::Rejected(reason) => {
+                        stats.rejected.entry(reason.code()).or_default().add_event(event.units)
+                    }
+                }
+            }
+            stats.in_flight.remove(Tally::of(batch));
+            state.settled_events += batch.len() as u64;
+            state.settled_events
+        };
+        self.settled.send_replace(settled);
+    }
+
+    fn lose(
+        &self,
+        events: Vec<UsageEvent>,
+        reason: LossReason,
+        error_code: Option<&'static str>,
+        message: String,
+        attempts: u32,
+        maybe_applied: bool,
+    ) {
+        let tally = Tally::of(&events);
+        let settled = {
+            let mut state = self.shared.lock();
+            state.stats.lost.entry(reason).or_default().add(tally);
+            state.stats.in_flight.remove(tally);
+            state.settled_events += tally.events;
+            state.settled_events
+        };
+        if let Some(callback) = &self.on_loss {
+            let report =
+                LossReport { reason, error_code, message, events, units: tally.units, attempts, maybe_applied };
+            // A panicking subscriber must not stop delivery of everyone else's
+            // usage; the counters above already hold the loss.
+            let _ = std::panic::catch_unwind(AssertUnwindSafe(|| callback(&report)));
+        }
+        self.settled.send_replace(settled);
+    }
+}
+
+/// A sink must answer with one outcome per event, in order. Anything else is a
+/// broken answer that says nothing reliable about what was applied, so it is
+/// treated like corruption: retryable, with the batch possibly applied.
+fn check_outcomes(batch: &[UsageEvent], outcomes: Vec<EventOutcome>) -> Result<Vec<EventOutcome>, IngestError> {
+    if outcomes.len() != batch.len() {
+        return Err(IngestError::Corrupt(format!(
+            "the sink answered {} outcomes for {} events",
+            outcomes.len(),
+            batch.len()
+        )));
+    }
+    if let Some((index, _)) =
+        batch.iter().zip(&outcomes).enumerate().find(|(_, (event, outcome))| event.request_id != outcome.request_id)
+    {
+        return Err(IngestError::Corrupt(format!("the sink answered out of order at event {index}")));
+    }
+    Ok(outcomes)
+}
+
+/// Completes when a shutdown deadline is set and has passed; never otherwise.
+async fn deadline_passed(deadline: &mut watch::Receiver<Option<Instant>>) {
+    loop {
+        let current = *deadline.borrow_and_update();
+        match current {
+            Some(at) => {
+                tokio::select! {
+                    () = tokio::time::sleep_until(at) => return,
+                    changed = deadline.changed() => {
+                        if changed.is_err() {
+                            tokio::time::sleep_until(at).await;
+                            return;
+                        }
+                    }
+                }
+            }
+            None => {
+                if deadline.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(request_id: &str) -> UsageEvent {
+        UsageEvent {
+            request_id: request_id.to_owned(),
+            account_id: "a".to_owned(),
+            credential_id: "c".to_owned(),
+            units: 1,
+            occurred_at: Timestamp::UNIX_EPOCH,
+            lease_id: None,
+            fencing_token: None,
+        }
+    }
+
+    fn outcome(request_id: &str) -> EventOutcome {
+        EventOutcome { request_id: request_id.to_owned(), outcome: Outcome::Accepted }
+    }
+
+    #[test]
+    fn answers_must_match_the_batch_one_to_one_in_order() {
+        let batch = vec![event("r1"), event("r2")];
+        assert_eq!(check_outcomes(&batch, vec![outcome("r1"), outcome("r2")]), Ok(vec![outcome("r1"), outcome("r2")]));
+        assert_eq!(
+            check_outcomes(&batch, vec![outcome("r1")]),
+            Err(IngestError::Corrupt("the sink answered 1 outcomes for 2 events".into()))
+        );
+        assert_eq!(
+            check_outcomes(&batch, vec![outcome("r2"), outcome("r1")]),
+            Err(IngestError::Corrupt("the sink answered out of order at event 0".into()))
+        );
+    }
+
+    #[test]
+    fn record_errors_hand_the_event_back() {
+        let full = RecordError::QueueFull { event: Box::new(event("r")), queue_events_max: 1 };
+        assert_eq!(full.code(), "queue_full");
+        assert_eq!(full.into_event(), event("r"));
+        let closed = RecordError::Closed { event: Box::new(event("s")) };
+        assert_eq!(closed.code(), "writer_closed");
+        assert_eq!(closed.into_event(), event("s"));
+    }
+}

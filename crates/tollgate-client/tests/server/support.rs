@@ -1,0 +1,265 @@
+//! Starts the real `tollgate` binary on port 0 and hands out clients for it.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use jiff::{SignedDuration, Timestamp};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tollgate_client::{ClientConfig, LossReport, RetryConfig, TollgateClient, UsageWriter, WriterConfig, WriterStats};
+use tollgate_core::{EventOutcome, IngestError, UsageEvent};
+use tollgate_store::UsageSink;
+
+pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+pub const GATEWAY_TOKEN: &str = "test-gateway-token-0123456789";
+
+/// The `tollgate` binary, built once per test process with `cargo build -p
+/// tollgate` so that a test never runs a binary older than the sources. When
+/// it is already fresh this is a quick no-op.
+pub fn tollgate_binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| {
+        // This test executable lives in <target>/<profile dir>/deps; the binary
+        // is built into <target>/<profile dir> beside it, in the same profile.
+        let test_exe = std::env::current_exe().expect("the test executable has a path");
+        let profile_dir = test_exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<exe>");
+        let profile = match profile_dir.file_name().and_then(|name| name.to_str()) {
+            Some("debug") | None => "dev".to_owned(),
+            Some(name) => name.to_owned(),
+        };
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = std::process::Command::new(cargo)
+            .current_dir(&workspace)
+            .args(["build", "--quiet", "--profile", &profile, "-p", "tollgate", "--bin", "tollgate"])
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "cargo build -p tollgate failed");
+        let binary = profile_dir.join("tollgate");
+        assert!(binary.is_file(), "no tollgate binary at {}", binary.display());
+        binary
+    })
+}
+
+/// A running `tollgate serve`. Killed when dropped.
+pub struct Server {
+    child: Child,
+    pub address: SocketAddr,
+}
+
+/// Where a server keeps its state.
+#[derive(Clone)]
+pub enum Storage {
+    Memory,
+    Postgres { url: String },
+}
+
+/// How long a starting server may take to print its address before the test
+/// fails instead of hanging; generous, because it only bounds a hang.
+const STARTUP_MAX: Duration = Duration::from_secs(120);
+
+impl Server {
+    /// Starts a server on an OS-chosen port.
+    pub async fn start(storage: &Storage) -> Server {
+        Server::start_on(storage, "127.0.0.1:0").await
+    }
+
+    /// Starts a server on `listen`, e.g. the address of a server that was
+    /// killed, so that clients pointed at it reach the new one.
+    pub async fn start_on(storage: &Storage, listen: &str) -> Server {
+        let mut command = Command::new(tollgate_binary());
+        command
+            .args(["serve", "--listen", listen, "--reclaim-grace", "PT30S", "--max-ttl", "PT1H"])
+            .env("TOLLGATE_ADMIN_TOKEN", ADMIN_TOKEN)
+            .env("TOLLGATE_GATEWAY_TOKEN", GATEWAY_TOKEN)
+            // `scripts/with-postgres` exports DATABASE_URL; a memory server
+            // must not pick it up.
+            .env_remove("DATABASE_URL")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        if let Storage::Postgres { url } = storage {
+            command.args(["--database-url", url]);
+        }
+        let mut child = command.spawn().expect("the tollgate binary starts");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let mut lines = BufReader::new(stdout).lines();
+        let address = tokio::time::timeout(STARTUP_MAX, async {
+            while let Some(line) = lines.next_line().await.expect("server stdout is readable") {
+                if let Some(address) = line.strip_prefix("listening on http://") {
+                    return address.parse::<SocketAddr>().expect("the printed address parses");
+                }
+            }
+            panic!("the server exited before printing its address");
+        })
+        .await
+        .expect("the server printed `listening on` in time");
+        // Keep reading so that a full pipe can never block the server.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Server { child, address }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    pub fn admin(&self) -> TollgateClient {
+        client(&self.url(), Some(ADMIN_TOKEN))
+    }
+
+    pub fn gateway(&self) -> TollgateClient {
+        client(&self.url(), Some(GATEWAY_TOKEN))
+    }
+
+    /// SIGKILL: no graceful shutdown, requests in flight are cut off.
+    pub async fn kill(&mut self) {
+        self.child.kill().await.expect("the server can be killed");
+    }
+}
+
+pub fn client(url: &str, token: Option<&str>) -> TollgateClient {
+    TollgateClient::new(ClientConfig::new(url, token)).expect("a valid client configuration")
+}
+
+/// Writer settings for tests against a real server: small batches so that a
+/// run has many of them, quick retries, and enough attempts to ride out a
+/// server restart.
+pub fn writer_config(batch_events_max: usize) -> WriterConfig {
+    WriterConfig {
+        queue_events_max: 10_000,
+        batch_events_max,
+        batch_age_max: Duration::from_millis(50),
+        retry: RetryConfig {
+            backoff_initial: Duration::from_millis(20),
+            backoff_max: Duration::from_millis(500),
+            attempts_max: 400,
+        },
+    }
+}
+
+/// A writer whose loss reports are collected for the test to inspect.
+pub fn writer(sink: Arc<dyn UsageSink>, config: WriterConfig) -> (UsageWriter, Arc<Mutex<Vec<LossReport>>>) {
+    let losses = Arc::new(Mutex::new(Vec::new()));
+    let collected = losses.clone();
+    let writer = UsageWriter::builder(sink, config)
+        .on_loss(move |report| collected.lock().unwrap().push(report.clone()))
+        .spawn()
+        .expect("a valid writer configuration");
+    (writer, losses)
+}
+
+/// An account with prepaid units and a credential, created over HTTP.
+pub struct Tenant {
+    pub account_id: String,
+    pub credential_id: String,
+}
+
+impl Tenant {
+    pub async fn create(admin: &TollgateClient, account_id: &str, units: u64) -> Tenant {
+        admin.create_account(account_id).await.expect("account created");
+        admin.credit(account_id, "initial", units).await.expect("account credited");
+        let credential = admin.issue_credential(account_id, "gateway").await.expect("credential issued");
+        Tenant { account_id: account_id.to_owned(), credential_id: credential.credential.credential_id }
+    }
+
+    pub fn overage(&self, request_id: &str, units: u64) -> UsageEvent {
+        UsageEvent {
+            request_id: request_id.to_owned(),
+            account_id: self.account_id.clone(),
+            credential_id: self.credential_id.clone(),
+            units,
+            occurred_at: Timestamp::now(),
+            lease_id: None,
+            fencing_token: None,
+        }
+    }
+
+    pub fn leased(&self, request_id: &str, units: u64, lease_id: &str, fencing_token: u64) -> UsageEvent {
+        UsageEvent {
+            lease_id: Some(lease_id.to_owned()),
+            fencing_token: Some(fencing_token),
+            ..self.overage(request_id, units)
+        }
+    }
+}
+
+/// The resolution of Tokio's timers: a deadline is observed at most this late.
+pub const TIMER_TICK: Duration = Duration::from_millis(1);
+
+pub const LEASE_TTL: SignedDuration = SignedDuration::from_secs(600);
+
+/// `recorded = accepted + duplicate + rejected + lost`, nothing pending.
+pub fn assert_accounted(stats: &WriterStats) {
+    assert!(stats.is_drained(), "{stats:#?}");
+    assert!(stats.is_conserved(), "{stats:#?}");
+    let mut settled = stats.accepted;
+    for part in [stats.duplicate, stats.rejected_total(), stats.lost_total()] {
+        settled.events += part.events;
+        settled.units += part.units;
+    }
+    assert_eq!(stats.recorded, settled, "{stats:#?}");
+}
+
+/// The server's ledger is consistent and the account billed exactly what the
+/// writer delivered.
+pub async fn assert_ledger(admin: &TollgateClient, account_id: &str, stats: &WriterStats) {
+    let check = admin.check().await.expect("check runs");
+    assert!(check.ok, "{check:#?}");
+    let account = admin.account(account_id).await.expect("account readable");
+    assert_eq!(u128::from(account.billed), stats.delivered_units(), "{account:#?}\n{stats:#?}");
+}
+
+/// Counts calls and can kill the server right after one call has been
+/// applied, so that its answer is lost exactly as when a server dies between
+/// commit and response.
+pub struct KillingSink {
+    inner: TollgateClient,
+    /// The call (counting from 1) after which the server dies.
+    kill_after_call: Option<u32>,
+    victim: tokio::sync::Mutex<Option<Server>>,
+    calls: Mutex<u32>,
+    /// Signalled once the server is dead.
+    pub killed: tokio::sync::Notify,
+}
+
+impl KillingSink {
+    pub fn new(inner: TollgateClient, kill_after_call: Option<u32>, victim: Option<Server>) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            kill_after_call,
+            victim: tokio::sync::Mutex::new(victim),
+            calls: Mutex::new(0),
+            killed: tokio::sync::Notify::new(),
+        })
+    }
+
+    pub fn calls(&self) -> u32 {
+        *self.calls.lock().unwrap()
+    }
+}
+
+#[async_trait]
+impl UsageSink for KillingSink {
+    async fn ingest(&self, batch: Vec<UsageEvent>, now: Timestamp) -> Result<Vec<EventOutcome>, IngestError> {
+        let call = {
+            let mut calls = self.calls.lock().unwrap();
+            *calls += 1;
+            *calls
+        };
+        let answer = self.inner.ingest(batch, now).await;
+        if Some(call) == self.kill_after_call {
+            assert!(answer.is_ok(), "the batch before the kill was applied: {answer:?}");
+            if let Some(mut server) = self.victim.lock().await.take() {
+                server.kill().await;
+            }
+            self.killed.notify_one();
+            return Err(IngestError::Unavailable("connection reset: the server died before answering".into()));
+        }
+        answer
+    }
+}

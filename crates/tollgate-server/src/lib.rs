@@ -1,0 +1,208 @@
+//! Tollgate's HTTP service.
+//!
+//! [`router`] builds the whole HTTP surface (SPEC §4) over an [`AppState`]:
+//! a store, a clock, operator tokens and metrics. Handler tests call it
+//! directly with a `MemoryStore` and a [`ManualClock`]; the `tollgate` binary
+//! wraps it in [`serve`], which adds the reclaim worker and graceful shutdown.
+//!
+//! Errors become HTTP statuses in one place, [`error`].
+
+pub mod auth;
+pub mod error;
+pub mod extract;
+pub mod metrics;
+pub mod openapi;
+mod routes;
+pub mod worker;
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::Method;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use jiff::Timestamp;
+use tokio::net::TcpListener;
+use tollgate_store::Store;
+
+pub use auth::{OperatorTokens, Role, TokenError};
+pub use error::ApiError;
+pub use metrics::Metrics;
+pub use worker::ReclaimConfig;
+
+/// Where the server reads the time. Core logic never reads a clock; the server
+/// reads this one once per request and passes the instant down.
+pub trait Clock: Send + Sync + 'static {
+    fn now(&self) -> Timestamp;
+}
+
+/// The operating system's clock, for production.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::now()
+    }
+}
+
+/// A clock that only moves when told to, for tests.
+#[derive(Debug)]
+pub struct ManualClock {
+    now: Mutex<Timestamp>,
+}
+
+impl ManualClock {
+    pub fn new(now: Timestamp) -> Self {
+        Self { now: Mutex::new(now) }
+    }
+
+    pub fn set(&self, now: Timestamp) {
+        *self.now.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = now;
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Timestamp {
+        *self.now.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// The largest request body, in bytes. A full batch of 10 000 usage events with
+/// 128-character identifiers and escaped text stays well below it.
+pub const BODY_BYTES_MAX: usize = 16 * 1024 * 1024;
+
+/// How long one request may take before it is answered with 503 `timeout`.
+pub const REQUEST_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+
+/// Per-request bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub body_bytes_max: usize,
+    pub request_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self { body_bytes_max: BODY_BYTES_MAX, request_timeout: REQUEST_TIMEOUT_DEFAULT }
+    }
+}
+
+/// Everything a handler needs. Cloning is cheap.
+#[derive(Clone)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    tokens: OperatorTokens,
+    metrics: Metrics,
+    limits: Limits,
+}
+
+impl AppState {
+    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, tokens: OperatorTokens) -> Self {
+        Self::with_limits(store, clock, tokens, Limits::default())
+    }
+
+    pub fn with_limits(store: Arc<dyn Store>, clock: Arc<dyn Clock>, tokens: OperatorTokens, limits: Limits) -> Self {
+        let metrics = Metrics::new(clock.now());
+        Self { inner: Arc::new(Inner { store, clock, tokens, metrics, limits }) }
+    }
+
+    pub fn store(&self) -> &dyn Store {
+        &*self.inner.store
+    }
+
+    pub fn now(&self) -> Timestamp {
+        self.inner.clock.now()
+    }
+
+    pub fn tokens(&self) -> &OperatorTokens {
+        &self.inner.tokens
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.inner.limits
+    }
+}
+
+/// The whole HTTP surface: `/v1` routes, health, readiness, metrics and the
+/// OpenAPI document, with the body limit, the per-request timeout and request
+/// metrics applied to every route.
+pub fn router(state: AppState) -> Router {
+    let limits = state.limits();
+    routes::routes()
+        .fallback(unknown_route)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(limits.body_bytes_max))
+        .layer(middleware::from_fn_with_state(state.clone(), observe))
+        .with_state(state)
+}
+
+async fn unknown_route(method: Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::NotFound { method: method.to_string(), path: uri.path().to_owned() }
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
+}
+
+/// Applies the per-request timeout and records the request's metrics. The
+/// route label is the matched template, or `unmatched`, never the raw path.
+async fn observe(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = method_label(request.method());
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|path| path.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let response = match tokio::time::timeout(state.limits().request_timeout, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::Timeout.into_response(),
+    };
+    state.metrics().observe_request(method, &route, response.status().as_u16(), started.elapsed());
+    response
+}
+
+fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
+}
+
+/// Serves `router(state)` on `listener` with the reclaim worker beside it until
+/// `shutdown` resolves; then stops accepting, lets in-flight requests finish,
+/// and stops the worker before returning.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    reclaim: ReclaimConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let (stop_worker, worker_stopped) = tokio::sync::watch::channel(false);
+    let worker = tokio::spawn(worker::run(state.clone(), reclaim, worker_stopped));
+    let served = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await;
+    let _ = stop_worker.send(true);
+    if let Err(error) = worker.await {
+        tracing::error!(%error, "reclaim worker ended abnormally");
+    }
+    served
+}

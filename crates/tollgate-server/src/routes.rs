@@ -1,0 +1,484 @@
+//! The handlers of every route, annotated for the OpenAPI document.
+//!
+//! Each handler reads the clock once, calls the store once, and converts the
+//! result to a wire body from `tollgate-api`. Auth extractors come first in
+//! every signature, so a request without a valid token is refused before its
+//! body is read.
+
+use axum::Json;
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use tollgate_api::{
+    AccountBody, AcquireRequest, CheckBody, ConsolidateRequest, ConsolidateResponse, CreateAccountRequest,
+    CreateCredentialRequest, CredentialBody, CreditRequest, ErrorBody, HealthBody, IngestRequest, IngestResponse,
+    IssuedCredentialBody, LeaseBody, OutcomeBody, ReadyBody, ReclaimResponse, ReleaseRequest, ReleaseResponse,
+    SettlementBody, StorageBody, VerifyRequest, VerifyResponse,
+};
+use tollgate_core::{BATCH_EVENTS_MAX, Error, IngestError, UsageEvent};
+use tollgate_store::{IssuedLease, LeaseHandle};
+
+use crate::AppState;
+use crate::auth::{AdminAuth, GatewayAuth};
+use crate::error::ApiError;
+use crate::extract::{ApiJson, ApiPath};
+use crate::metrics::LeaseEvent;
+use crate::openapi;
+use crate::worker;
+
+type ApiResult = Result<Response, ApiError>;
+
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/accounts", post(create_account))
+        .route("/v1/accounts/{account_id}", get(get_account))
+        .route("/v1/accounts/{account_id}/credits", post(credit))
+        .route("/v1/accounts/{account_id}/credentials", post(issue_credential))
+        .route("/v1/accounts/{account_id}/leases", post(acquire))
+        .route("/v1/accounts/{account_id}/leases/consolidate", post(consolidate))
+        .route("/v1/credentials/verify", post(verify_credential))
+        .route("/v1/credentials/{credential_id}", get(get_credential))
+        .route("/v1/credentials/{credential_id}/revoke", post(revoke_credential))
+        .route("/v1/leases/{lease_id}", get(get_lease))
+        .route("/v1/leases/{lease_id}/release", post(release))
+        .route("/v1/usage", post(ingest))
+        .route("/v1/admin/reclaim", post(reclaim))
+        .route("/v1/admin/check", get(check))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi_json))
+}
+
+fn json<T: serde::Serialize>(status: StatusCode, body: T) -> ApiResult {
+    Ok((status, Json(body)).into_response())
+}
+
+fn issued_lease_body(issued: &IssuedLease) -> LeaseBody {
+    LeaseBody { capability: Some(issued.capability.expose().to_owned()), ..LeaseBody::from(&issued.lease) }
+}
+
+/// Creates an empty account.
+#[utoipa::path(
+    post, path = "/v1/accounts", tag = "accounts",
+    request_body = CreateAccountRequest,
+    responses(
+        (status = 201, description = "The new account", body = AccountBody),
+        (status = 400, description = "Invalid account id or body", body = ErrorBody),
+        (status = 401, description = "No or unknown token", body = ErrorBody),
+        (status = 403, description = "Not the admin token", body = ErrorBody),
+        (status = 409, description = "`account_exists`", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub(crate) async fn create_account(
+    _: AdminAuth,
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<CreateAccountRequest>,
+) -> ApiResult {
+    let view = state.store().create_account(&body.account_id).await?;
+    json(StatusCode::CREATED, AccountBody::from(&view))
+}
+
+/// An account with all its counters.
+#[utoipa::path(
+    get, path = "/v1/accounts/{account_id}", tag = "accounts",
+    params(("account_id" = String, Path)),
+    responses(
+        (status = 200, description = "The account", body = AccountBody),
+        (status = 401, description = "No or unknown token", body = ErrorBody),
+        (status = 404, description = "`account_not_found`", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub(crate) async fn get_account(
+    _: GatewayAuth,
+    State(state): State<AppState>,
+    ApiPath(account_id): ApiPath<String>,
+) -> ApiResult {
+    let view = state.store().account(&account_id).await?;
+    json(StatusCode::OK, AccountBody::from(&view))
+}
+
+/// Adds prepaid units, idempotently on `credit_id`.
+#[utoipa::path(
+    post, path = "/v1/accounts/{account_id}/credits", tag = "accounts",
+    params(("account_id" = String, Path)),
+    request_body = CreditRequest,
+    responses(
+        (status = 201, description = "Credited; the account after the credit", body = AccountBody),
+        (status = 200, description = "An identical replay; nothing changed", body = AccountBody),
+        (status = 400, description = "`invalid_units`, `units_out_of_range`, `invalid_id` or bad body", body = ErrorBody),
+        (status = 401, description = "No or unknown token", body = ErrorBody),
+        (status = 403, description = "Not the admin token", body = ErrorBody),
+        (status = 404, description = "`account_not_found`", body = ErrorBody),
+        (status = 409, description = "`credit_conflict` or `counter_overflow`", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub(crate) async fn credit(
+    _: AdminAuth,
+    State(state): State<AppState>,
+    ApiPath(account_id): ApiPath<String>,
+    ApiJson(body): ApiJson<CreditRequest>,
+) -> ApiResult {
+    let receipt = state.store().credit(&account_id, &body.credit_id, body.units).await?;
+    let status = if receipt.created { StatusCode::CREATED } else { StatusCode::OK };
+    json(status, AccountBody::from(&receipt.account))
+}
+
+/// Issues an end-user API key. The key is in this response only.
+#[utoipa::path(
+    post, path = "/v1/accounts/{account_id}/credentials", tag = "credentials",
+    params(("account_id" = String, Path)),
+    request_body = CreateCredentialRequest,
+    responses(
+        (status = 201, description = "The credential and its key, shown once", body = IssuedCredentialBody),
+        (status = 400, description = "`invalid_label` or bad body", body = ErrorBody),
+        (status = 401, description = "No or unknown token", body = ErrorBody),
+        (status = 403, description = "Not the admin token", body = ErrorBody),
+        (status = 404, description = "`account_not_found`", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub(crate) async fn issue_credential(
+    _: AdminAuth,
+    State(state): State<AppState>,
+    ApiPath(account_id): ApiPath<String>,
+    ApiJson(body): ApiJson<CreateCredentialRequest>,
+) -> ApiResult {
+    let issued = state.store().issue_credential(&account_id, &body.label, state.now()).await?;
+    json(
+        StatusCode::CREATED,
+        IssuedCredentialBody {
+            credential: CredentialBody::from(&issued.credential),
+            key: issued.key.expose().to_owned(),
+        },
+    )
+}
+
+/// A credential and its activity, without its key.
+#[utoipa::path(
+    get, path = "/v1/credentials/{credential_id}", tag = "credentials",
+    params(("credential_id" = String, Path)),
+    responses(
+        (status = 200, description = "The credential", body = CredentialBody),
+        (status = 401, description = "No or unknown token", body = ErrorBody),
+        (status = 403, description = "Not the admin token", body = ErrorBody),
+        (status = 404, description = "`credential_not_found`", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub(crate) async fn get_credential(
+    _: AdminAuth,
+    State(state): State<AppState>,
+    ApiPath(credential_id): ApiPath<String>,
+) -> ApiResult {
+    let credential = state.store().credential(&credential_id).await?;
+    json(StatusCode::OK, CredentialBody::from(&credential))
+}
+
+/// Revokes a credential. Revoking again keeps the first revocation time.
+#[utoipa::path(
+    post, path = "/v1/credentials/{credential_id}/revoke", tag = "credentials",
+    params(("credential_id" = String, Path)),
+    responses(
+        (status = 200, description = "The revoked credential", body = CredentialBody),
+        (status = 401, description = "No or unknown token", body = ErrorBody),
+        (status = 403, description = "Not the admin token", body = ErrorBody),
+        (status = 404, description = "`credential_not_found`", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub(crate) async fn revoke_credential(
+    _: AdminAuth,
+    State(state): State<AppState>,
+    ApiPath(credential_id): ApiPath<String>,
+) -> ApiResult {
+    let credential = state.store().revoke_credential(&credential_id, state.now()).await?;
+    json(StatusCode::OK, CredentialBody::from(&credential))
+}
+
+/// Checks an end-user key. Never changes the credential's activity.
+#[utoipa::path(
+    post, path = "/v1/credentials/verify", tag = "credentials",
+    request_body = VerifyRequest,
+    responses(
+        (status = 200, description = "Whether the key is valid, and why not", body = VerifyResponse),
+        (status = 400, description = "Bad body", body = ErrorBody),
+        (status = 401, description = "No or unknown token", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub(crate) async fn verify_credential(
+    _: GatewayAuth,
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<VerifyRequest>,
+) -> ApiResult {
+    let verification = state.store().verify_credential(&body.key).await?;
+    json(StatusCode::OK, VerifyResponse::from(&verification))
+}
+
+/// Leases `units` for `ttl` (clamped to the server's max TTL). The response
+/// carries the exact expiry and the capability, which is shown only here.
+#[utoipa::path(
+    post, path = "/v1/accounts/{account_id}/leases", tag = "leases",
+    params(("account_id" = String, Path)),
+    request_body = AcquireRequest,
+    responses(
+        (status = 201, description = "The lease with its capability", body = LeaseBody),
+        (status = 400, description = "`invalid_units`, `invalid_ttl`, `units_out_of_range` or bad body", body = ErrorBody),
+        (status = 401, description = "No or unknown token", body = ErrorBody),
+        (status = 404, description = "`account_not_found`", body = ErrorBody),
+        (status = 409, description = "`insufficient_balance`, `expiry_out_of_range` or `counter_overflow`", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub(crate) async fn acquire(
+    _: GatewayAuth,
+    State(state): State<AppState>,
+    ApiPath(account_id): ApiPath<String>,
+    ApiJson(body): ApiJson<AcquireRequest>,
+) -> ApiResult {
+    let issued = state.store().acquire(&account_id, body.units, body.ttl, state.now()).await?;
+    state.metrics().count_leases(LeaseEvent::Acquired, 1);
+    json(StatusCode::CREATED, issued_lease_body(&issued))
+}
+
+/// A lease, without its capability.
+#[utoipa::path(
+    get, path = "/v1/leases/{lease_id}", tag = "leases",
+    params(("lease_id" = String, Path)),
+    responses(
+        (status = 200, description = "The lease", body = LeaseBody),
+        (status = 401, description = "No or unknown token", body = ErrorBody),
+        (status = 404, description = "`lease_not_found`", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub(crate) async fn get_lease(
+    _: GatewayAuth,
+    State(state): State<AppState>,
+    ApiPath(lease_id): ApiPath<String>,
+) -> ApiResult {
+    let lease = state.store().lease(&lease_id).await?;
+    json(StatusCode::OK, LeaseBody::from(&lease))
+}
+
+/// Settles a lease: returns what was not used, bills usage beyond the grant as
+/// overage.
+#[utoipa::path(
+    post, path = "/v1/leases/{lease_id}/release", tag = "leases",
+    params(("lease_id" = String, Path)),
+    request_body = ReleaseRequest,
+    responses(
+        (status = 200, description = "The settled lease and how it was split", body = ReleaseResponse),
+        (status = 400, description = "Bad body", body = ErrorBody),
+        (status = 401, description = "No or unknown token", body = ErrorBody),
+        (status = 404, description = "`lease_not_found`", body = ErrorBody),
+        (status = 409, description = "`capability_mismatch`, `lease_not_active` or `lease_expired`", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub(crate) async fn release(
+    _: GatewayAuth,
+    State(state): State<AppState>,
+    ApiPath(lease_id): ApiPath<String>,
+    ApiJson(body): ApiJson<ReleaseRequest>,
+) -> ApiResult {
+    let released = state.store().release(&lease_id, &body.capability, state.now()).await?;
+    state.metrics().count_leases(LeaseEvent::Released, 1);
+    let s = released.settlement;
+    json(
+        StatusCode::OK,
+        ReleaseResponse {
+            lease: LeaseBody::from(&released.lease),
+            charged: s.charged,
+            returned: s.returned,
+            excess: s.excess,
+        },
+    )
+}
+
+/// Settles several leases of one account into one new lease of their returned
+/// units plus `extra_units`, all or nothing.
+#[utoipa::path(
+    post, path = "/v1/accounts/{account_id}/leases/consolidate", tag = "leases",
+    params(("account_id" = String, Path)),
+    request_body = ConsolidateRequest,
+    responses(
+        (status = 201, description = "The new lease with its capability, and each source's settlement", body = ConsolidateResponse),
+        (status = 400, description = "`no_source_leases`, `duplicate_source_lease`, `invalid_ttl` or bad body", body = ErrorBody),
+        (status = 401, description = "No or unknown token", body = ErrorBody),
+        (status = 404, description = "`account_not_found` or `lease_not_found`", body = ErrorBody),
+        (status = 409, description = "`capability_mismatch`, `lease_not_active`, `lease_expired`, `mixed_accounts`, `insufficient_balance` or `expiry_out_of_range`", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub(crate) async fn consolidate(
+    _: GatewayAuth,
+    State(state): State<AppState>,
+    ApiPath(account_id): ApiPath<String>,
+    ApiJson(body): ApiJson<ConsolidateRequest>,
+) -> ApiResult {
+    let sources: Vec<LeaseHandle> = body
+        .leases
+        .into_iter()
+        .map(|handle| LeaseHandle { lease_id: handle.lease_id, capability: handle.capability })
+        .collect();
+    let consolidated =
+        state.store().consolidate(&account_id, &sources, body.extra_units, body.ttl, state.now()).await?;
+    state.metrics().count_leases(LeaseEvent::Consolidated, consolidated.settlements.len() as u64);
+    state.metrics().count_leases(LeaseEvent::Acquired, 1);
+    let settlements = consolidated
+        .settlements
+        .iter()
+        .map(|(lease, settlement)| SettlementBody::new(&lease.lease_id, &lease.account_id, settlement))
+        .collect();
+    json(StatusCode::CREATED, ConsolidateResponse { lease: issued_lease_body(&consolidated.lease), settlements })
+}
+
+/// Classifies every event as accepted, duplicate or rejected, in input order,
+/// and applies the accepted ones. At most 10 000 events per batch.
+#[utoipa::path(
+    post, path = "/v1/usage", tag = "usage",
+    request_body = IngestRequest,
+    responses(
+        (status = 200, description = "One outcome per event, in input order", body = IngestResponse),
+        (status = 400, description = "Bad body", body = ErrorBody),
+        (status = 401, description = "No or unknown token", body = ErrorBody),
+        (status = 413, description = "`batch_too_large` or `payload_too_large`", body = ErrorBody),
+        (status = 422, description = "`batch_refused`: accepting the batch would overflow a counter; nothing was applied", body = ErrorBody),
+        (status = 500, description = "`storage_corrupt`", body = ErrorBody),
+        (status = 503, description = "`storage_unavailable` or `timeout`; retry", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub(crate) async fn ingest(
+    _: GatewayAuth,
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<IngestRequest>,
+) -> ApiResult {
+    let result = ingest_events(&state, body).await;
+    match &result {
+        Ok(outcomes) => state.metrics().observe_outcomes(outcomes),
+        Err(error) => state.metrics().observe_batch_error(error),
+    }
+    let outcomes = result?;
+    json(StatusCode::OK, IngestResponse { outcomes: outcomes.iter().map(OutcomeBody::from).collect() })
+}
+
+async fn ingest_events(state: &AppState, body: IngestRequest) -> Result<Vec<tollgate_core::EventOutcome>, IngestError> {
+    // Checked before conversion too, so an oversized batch costs no more work.
+    if body.events.len() > BATCH_EVENTS_MAX {
+        return Err(IngestError::BatchTooLarge { events: body.events.len(), max: BATCH_EVENTS_MAX });
+    }
+    let events: Vec<UsageEvent> = body.events.into_iter().map(UsageEvent::from).collect();
+    state.store().ingest(events, state.now()).await
+}
+
+/// Runs one bounded reclaim pass now.
+#[utoipa::path(
+    post, path = "/v1/admin/reclaim", tag = "admin",
+    responses(
+        (status = 200, description = "What the pass settled; `full` means more may be due", body = ReclaimResponse),
+        (status = 401, description = "No or unknown token", body = ErrorBody),
+        (status = 403, description = "Not the admin token", body = ErrorBody),
+        (status = 503, description = "`storage_unavailable`", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub(crate) async fn reclaim(_: AdminAuth, State(state): State<AppState>) -> ApiResult {
+    let report = worker::reclaim_pass(&state).await?;
+    json(StatusCode::OK, ReclaimResponse::from(&report))
+}
+
+/// Storage and migration readiness, conservation of every account, the
+/// legacy-bound counts and database guard violations. `ok` is false on any
+/// problem; the status is 200 whenever the check itself ran.
+#[utoipa::path(
+    get, path = "/v1/admin/check", tag = "admin",
+    responses(
+        (status = 200, description = "The check report", body = CheckBody),
+        (status = 401, description = "No or unknown token", body = ErrorBody),
+        (status = 403, description = "Not the admin token", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub(crate) async fn check(_: AdminAuth, State(state): State<AppState>) -> ApiResult {
+    json(StatusCode::OK, run_check(&state).await)
+}
+
+async fn run_check(state: &AppState) -> CheckBody {
+    let store = state.store();
+    let unreachable = |error: Error| StorageBody {
+        backend: String::new(),
+        reachable: false,
+        error: Some(error.to_string()),
+        migrations: None,
+    };
+    let mut storage = match store.status().await {
+        Ok(status) => StorageBody::from_status(&status),
+        Err(error) => return CheckBody::new(unreachable(error), None, None),
+    };
+    match store.check().await {
+        Ok(report) => CheckBody::from_report(storage, &report),
+        Err(error) => {
+            storage.error = Some(error.to_string());
+            CheckBody::new(storage, None, None)
+        }
+    }
+}
+
+/// The process is up.
+#[utoipa::path(
+    get, path = "/healthz", tag = "operations",
+    responses((status = 200, description = "Up", body = HealthBody)),
+)]
+pub(crate) async fn healthz() -> ApiResult {
+    json(StatusCode::OK, HealthBody { status: "ok".to_owned() })
+}
+
+/// Storage answers and its schema is exactly the one this binary knows.
+#[utoipa::path(
+    get, path = "/readyz", tag = "operations",
+    responses(
+        (status = 200, description = "Ready", body = ReadyBody),
+        (status = 503, description = "`not_ready`", body = ErrorBody),
+    ),
+)]
+pub(crate) async fn readyz(State(state): State<AppState>) -> ApiResult {
+    let status = state.store().status().await.map_err(|error| ApiError::NotReady(error.to_string()))?;
+    let storage = StorageBody::from_status(&status);
+    if !storage.is_ready() {
+        let detail = storage
+            .migrations
+            .as_ref()
+            .map(|m| format!("migrations not current: pending {:?}, unknown {:?}", m.pending, m.unknown))
+            .unwrap_or_default();
+        return Err(ApiError::NotReady(detail));
+    }
+    json(StatusCode::OK, ReadyBody { ready: true, storage })
+}
+
+/// Prometheus metrics in the text exposition format.
+#[utoipa::path(
+    get, path = "/metrics", tag = "operations",
+    responses((status = 200, description = "Metrics", body = String, content_type = "text/plain")),
+)]
+pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
+    let text = state.metrics().render(state.now());
+    ([(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
+}
+
+/// This document.
+#[utoipa::path(
+    get, path = "/openapi.json", tag = "operations",
+    responses((status = 200, description = "The OpenAPI document", content_type = "application/json")),
+)]
+pub(crate) async fn openapi_json() -> Response {
+    ([(CONTENT_TYPE, "application/json")], openapi::document()).into_response()
+}

@@ -1,0 +1,217 @@
+//! `tollgate serve`.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use jiff::SignedDuration;
+use tollgate_core::{Error, Secret};
+use tollgate_pg::{PgStoreConfig, PostgresStore};
+use tollgate_server::{AppState, Limits, OperatorTokens, ReclaimConfig, SystemClock};
+use tollgate_store::{MemoryStore, Store};
+
+use crate::config::{self, DATABASE_URL_SETTING, parse_duration};
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Address to listen on; port 0 picks a free port.
+    #[arg(long, env = "TOLLGATE_LISTEN", default_value = "127.0.0.1:8080", value_name = "ADDR")]
+    listen: SocketAddr,
+
+    /// Operator token with the admin role (at least 16 printable characters).
+    /// Generated and printed when unset on the memory store.
+    #[arg(long, env = "TOLLGATE_ADMIN_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    admin_token: Option<String>,
+
+    /// Operator token with the gateway role.
+    #[arg(long, env = "TOLLGATE_GATEWAY_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    gateway_token: Option<String>,
+
+    /// Longest lease TTL; longer requests are clamped to it (ISO 8601).
+    #[arg(long, env = "TOLLGATE_MAX_TTL", default_value = "PT1H", value_parser = parse_duration, value_name = "DURATION")]
+    max_ttl: SignedDuration,
+
+    /// Time after a lease's expiry before it may be reclaimed (ISO 8601). Every
+    /// server on one database must use the same grace.
+    #[arg(long, env = "TOLLGATE_RECLAIM_GRACE", default_value = "PT30S", value_parser = parse_duration, value_name = "DURATION")]
+    reclaim_grace: SignedDuration,
+
+    /// Time between reclaim passes (ISO 8601).
+    #[arg(long, env = "TOLLGATE_RECLAIM_INTERVAL", default_value = "PT1S", value_parser = parse_duration, value_name = "DURATION")]
+    reclaim_interval: SignedDuration,
+
+    /// Most leases one reclaim pass settles.
+    #[arg(long, env = "TOLLGATE_RECLAIM_BATCH", default_value_t = 1000, value_name = "LEASES")]
+    reclaim_batch: u32,
+
+    /// Longest time one request may take before it is answered 503 (ISO 8601).
+    #[arg(long, env = "TOLLGATE_REQUEST_TIMEOUT", default_value = "PT30S", value_parser = parse_duration, value_name = "DURATION")]
+    request_timeout: SignedDuration,
+
+    /// PostgreSQL URL; without it the server runs on the in-memory store.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
+    database_url: Option<String>,
+
+    /// Most PostgreSQL connections this server opens.
+    #[arg(long, env = "TOLLGATE_DATABASE_CONNECTIONS", default_value_t = 16, value_name = "N")]
+    database_connections: u32,
+
+    /// Record this server's reclaim grace in the database even though another
+    /// grace is recorded. Stop every other server first: servers sharing a
+    /// database must share one grace.
+    #[arg(long)]
+    replace_recorded_grace: bool,
+}
+
+/// The store and what to tell the operator about it.
+struct Opened {
+    store: Arc<dyn Store>,
+    description: String,
+    pool: Option<sqlx::PgPool>,
+}
+
+pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let policy = config::policy(args.max_ttl, args.reclaim_grace, args.reclaim_batch)?;
+    let interval = config::positive_std("--reclaim-interval / TOLLGATE_RECLAIM_INTERVAL", args.reclaim_interval)?;
+    let request_timeout = config::positive_std("--request-timeout / TOLLGATE_REQUEST_TIMEOUT", args.request_timeout)?;
+    let on_memory = args.database_url.is_none();
+
+    let Configured { admin, gateway, generated } = configured_tokens(args.admin_token, args.gateway_token, on_memory)?;
+    let tokens = OperatorTokens::new(&admin, gateway.as_ref())
+        .map_err(|error| anyhow::anyhow!("invalid operator token: {error}"))?;
+
+    let opened = match &args.database_url {
+        None => Opened {
+            store: Arc::new(MemoryStore::new(policy)),
+            description: "memory (in this process; everything is lost when it stops)".to_owned(),
+            pool: None,
+        },
+        Some(url) => {
+            let options = config::database_options(url)?;
+            let where_ = config::describe_database(&options);
+            let pg_config =
+                PgStoreConfig { connections_max: args.database_connections.max(1), ..PgStoreConfig::default() };
+            let store = PostgresStore::connect_with(url, policy, pg_config).await.map_err(|error| {
+                anyhow::anyhow!("cannot open PostgreSQL at {where_} ({DATABASE_URL_SETTING}): {error}")
+            })?;
+            let applied = store.applied_migrations();
+            if !applied.is_empty() {
+                let versions: Vec<String> = applied.iter().map(|m| format!("{:04}", m.version)).collect();
+                tracing::info!(versions = %versions.join(","), "applied pending migrations at startup");
+            }
+            let pool = store.pool().clone();
+            Opened { store: Arc::new(store), description: format!("postgres ({where_})"), pool: Some(pool) }
+        }
+    };
+
+    // Every server sharing storage must settle grants under one boundary.
+    match opened.store.pin_reclaim_grace(args.replace_recorded_grace).await {
+        Ok(()) => {}
+        Err(Error::ReclaimGraceMismatch { recorded, configured }) => bail!(
+            "reclaim grace mismatch: the database records {recorded}, but --reclaim-grace / TOLLGATE_RECLAIM_GRACE \
+             is {configured}. Servers sharing a database must share one grace; start this one with the recorded \
+             grace, or stop every server and start one with --replace-recorded-grace to record a new grace"
+        ),
+        Err(error) => bail!("cannot record the reclaim grace in storage: {error}"),
+    }
+
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {} (--listen / TOLLGATE_LISTEN)", args.listen))?;
+    let address = listener.local_addr().context("the listening socket has no address")?;
+
+    println!("tollgate {}", env!("CARGO_PKG_VERSION"));
+    println!("store: {}", opened.description);
+    println!(
+        "policy: max ttl {}, reclaim grace {}, reclaim every {} in batches of at most {}",
+        args.max_ttl, args.reclaim_grace, args.reclaim_interval, args.reclaim_batch
+    );
+    if generated.is_empty() {
+        println!(
+            "auth: send Authorization: Bearer <token> with the admin token{} you configured",
+            if tokens.has_gateway() { " or the gateway token" } else { "" }
+        );
+    } else {
+        println!("auth: generated operator tokens for this run (set them yourself to keep them across restarts):");
+        for (env, secret) in &generated {
+            println!("  {env}={}", secret.expose());
+        }
+        println!("  e.g. curl -H 'Authorization: Bearer {}' http://{address}/v1/admin/check", admin.expose());
+    }
+    println!("listening on http://{address}");
+
+    let state = AppState::with_limits(
+        opened.store,
+        Arc::new(SystemClock),
+        tokens,
+        Limits { request_timeout, ..Limits::default() },
+    );
+    tollgate_server::serve(listener, state, ReclaimConfig { interval }, shutdown_signal())
+        .await
+        .context("the HTTP server failed")?;
+    if let Some(pool) = opened.pool {
+        pool.close().await;
+    }
+    tracing::info!("stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The operator tokens, and which of them were generated for this run.
+struct Configured {
+    admin: Secret,
+    gateway: Option<Secret>,
+    generated: Vec<(&'static str, Secret)>,
+}
+
+/// A memory store is private to this process, so random tokens printed once
+/// make the first run work with no setup. Shared storage needs tokens the
+/// operator chose: at least the admin token.
+fn configured_tokens(admin: Option<String>, gateway: Option<String>, on_memory: bool) -> anyhow::Result<Configured> {
+    let mut generated = Vec::new();
+    let mut generate = |env: &'static str, prefix: &str| {
+        let secret = Secret::new(format!("{prefix}{}", hex::encode(rand::random::<[u8; 24]>())));
+        generated.push((env, secret.clone()));
+        secret
+    };
+    let admin = match admin {
+        Some(token) => Secret::new(token),
+        None if on_memory => generate("TOLLGATE_ADMIN_TOKEN", "tga_"),
+        None => bail!(
+            "--admin-token / TOLLGATE_ADMIN_TOKEN is required with a database: \
+             tokens are generated only for the memory store"
+        ),
+    };
+    let gateway = match gateway {
+        Some(token) => Some(Secret::new(token)),
+        None if on_memory => Some(generate("TOLLGATE_GATEWAY_TOKEN", "tgw_")),
+        None => None,
+    };
+    Ok(Configured { admin, gateway, generated })
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM; only SIGINT stops the server");
+                let _ = interrupt.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+    tracing::info!("shutting down: no new connections, finishing requests in flight");
+}
