@@ -37,9 +37,7 @@ pub const ACCOUNTS_TABLE: &str = "tollgate_accounts";
 /// negative units and a nonpositive fence is reported once per column, so an
 /// operator sees each value that needs evidence.
 pub async fn inspect_guards(pool: &PgPool) -> Result<Vec<GuardViolation>, sqlx::Error> {
-    let mut tx = pool
-        .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        .await?;
+    let mut tx = pool.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY").await?;
     let violations = inspect_guards_in(&mut tx).await?;
     tx.rollback().await?;
     Ok(violations)
@@ -47,15 +45,11 @@ pub async fn inspect_guards(pool: &PgPool) -> Result<Vec<GuardViolation>, sqlx::
 
 /// `inspect_guards` on a connection the caller already holds, for example
 /// inside the read-only snapshot of a store's own check.
-pub async fn inspect_guards_in(
-    conn: &mut PgConnection,
-) -> Result<Vec<GuardViolation>, sqlx::Error> {
+pub async fn inspect_guards_in(conn: &mut PgConnection) -> Result<Vec<GuardViolation>, sqlx::Error> {
     let mut violations = Vec::new();
 
-    let events: Vec<(String, String, i64, Option<i64>)> = sqlx::query_as(USAGE_EVENTS_SQL)
-        .bind(GUARD_VIOLATIONS_PER_QUERY_MAX)
-        .fetch_all(&mut *conn)
-        .await?;
+    let events: Vec<(String, String, i64, Option<i64>)> =
+        sqlx::query_as(USAGE_EVENTS_SQL).bind(GUARD_VIOLATIONS_PER_QUERY_MAX).fetch_all(&mut *conn).await?;
     for (account_id, request_id, units, fencing_token) in events {
         let key = format!("{account_id}/{request_id}");
         if units < 0 {
@@ -66,25 +60,16 @@ pub async fn inspect_guards_in(
         }
     }
 
-    let leases: Vec<(String, i64)> = sqlx::query_as(LEASES_SQL)
-        .bind(GUARD_VIOLATIONS_PER_QUERY_MAX)
-        .fetch_all(&mut *conn)
-        .await?;
+    let leases: Vec<(String, i64)> =
+        sqlx::query_as(LEASES_SQL).bind(GUARD_VIOLATIONS_PER_QUERY_MAX).fetch_all(&mut *conn).await?;
     for (lease_id, fence) in leases {
         violations.push(violation(LEASES_TABLE, lease_id, "fencing_token", fence));
     }
 
-    let accounts: Vec<(String, i64)> = sqlx::query_as(ACCOUNTS_SQL)
-        .bind(GUARD_VIOLATIONS_PER_QUERY_MAX)
-        .fetch_all(&mut *conn)
-        .await?;
+    let accounts: Vec<(String, i64)> =
+        sqlx::query_as(ACCOUNTS_SQL).bind(GUARD_VIOLATIONS_PER_QUERY_MAX).fetch_all(&mut *conn).await?;
     for (account_id, next_fence) in accounts {
-        violations.push(violation(
-            ACCOUNTS_TABLE,
-            account_id,
-            "next_fence",
-            next_fence,
-        ));
+        violations.push(violation(ACCOUNTS_TABLE, account_id, "next_fence", next_fence));
     }
 
     violations.sort();
@@ -92,10 +77,5 @@ pub async fn inspect_guards_in(
 }
 
 fn violation(table: &str, key: String, column: &str, value: i64) -> GuardViolation {
-    GuardViolation {
-        table: table.to_owned(),
-        key,
-        column: column.to_owned(),
-        value,
-    }
+    GuardViolation { table: table.to_owned(), key, column: column.to_owned(), value }
 }

@@ -27,11 +27,7 @@ pub fn latest_version() -> i64 {
 /// older binary built at that point would carry them. Tests use it to stand in
 /// for old binaries (and to prepare a database at an old version).
 pub fn migrator_through(version: i64) -> Migrator {
-    let migrations = MIGRATOR
-        .iter()
-        .filter(|m| m.version <= version)
-        .cloned()
-        .collect();
+    let migrations = MIGRATOR.iter().filter(|m| m.version <= version).cloned().collect();
     Migrator::with_migrations(migrations)
 }
 
@@ -99,14 +95,9 @@ impl MigrationError {
     fn from_sqlx(error: MigrateError, migrator: &Migrator) -> MigrationError {
         let catalogue_latest = migrator.iter().map(|m| m.version).max().unwrap_or(0);
         match error {
-            MigrateError::VersionMissing(version) => MigrationError::UnknownVersion {
-                version,
-                catalogue_latest,
-            },
+            MigrateError::VersionMissing(version) => MigrationError::UnknownVersion { version, catalogue_latest },
             MigrateError::VersionMismatch(version) => MigrationError::Modified { version },
-            MigrateError::ExecuteMigration(source, version) => {
-                MigrationError::Failed { version, source }
-            }
+            MigrateError::ExecuteMigration(source, version) => MigrationError::Failed { version, source },
             MigrateError::Dirty(version) => MigrationError::Dirty { version },
             MigrateError::Execute(source) => MigrationError::Database(source),
             other => MigrationError::Other(other),
@@ -129,18 +120,13 @@ pub async fn apply(pool: &PgPool) -> Result<Vec<AppliedMigration>, MigrationErro
 /// concurrent migrator cannot interleave. The connection is closed afterwards
 /// instead of being returned to the pool, so a failure can never leave a pooled
 /// session holding the lock.
-pub async fn apply_with(
-    migrator: &Migrator,
-    pool: &PgPool,
-) -> Result<Vec<AppliedMigration>, MigrationError> {
+pub async fn apply_with(migrator: &Migrator, pool: &PgPool) -> Result<Vec<AppliedMigration>, MigrationError> {
     let mut conn = pool.acquire().await.map_err(MigrationError::Database)?;
     conn.close_on_drop();
 
     let to_error = |e| MigrationError::from_sqlx(e, migrator);
     conn.lock().await.map_err(to_error)?;
-    conn.ensure_migrations_table(MIGRATIONS_TABLE)
-        .await
-        .map_err(to_error)?;
+    conn.ensure_migrations_table(MIGRATIONS_TABLE).await.map_err(to_error)?;
     let before: BTreeSet<i64> = conn
         .list_applied_migrations(MIGRATIONS_TABLE)
         .await
@@ -153,10 +139,7 @@ pub async fn apply_with(
     // on the connection directly keeps this future `Send` (sqlx's generic
     // `Acquire` path trips "not general enough" inside `tokio::spawn`).
     let conn_ref: &mut PgConnection = &mut conn;
-    migrator
-        .run_direct(None, conn_ref, false)
-        .await
-        .map_err(to_error)?;
+    migrator.run_direct(None, conn_ref, false).await.map_err(to_error)?;
 
     let rows: Vec<(i64, String, i64)> = sqlx::query_as(
         "SELECT version, description, execution_time FROM _sqlx_migrations \
@@ -170,12 +153,10 @@ pub async fn apply_with(
     Ok(rows
         .into_iter()
         .filter(|(version, _, _)| !before.contains(version))
-        .map(
-            |(version, description, execution_time_ns)| AppliedMigration {
-                version,
-                description,
-                duration: Duration::from_nanos(u64::try_from(execution_time_ns).unwrap_or(0)),
-            },
-        )
+        .map(|(version, description, execution_time_ns)| AppliedMigration {
+            version,
+            description,
+            duration: Duration::from_nanos(u64::try_from(execution_time_ns).unwrap_or(0)),
+        })
         .collect())
 }

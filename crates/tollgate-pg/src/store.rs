@@ -30,14 +30,13 @@ use tollgate_core::ids::validate_label;
 use tollgate_core::ledger::{self, LeaseState};
 use tollgate_core::usage::{self, UsageSnapshot};
 use tollgate_core::{
-    Account, BATCH_EVENTS_MAX, Credential, Error, EventOutcome, GrantPolicy, IngestError,
-    InstantPair, Lease, SecretHash, UnitDomain, UsageEvent, check_conservation, validate_id,
+    Account, BATCH_EVENTS_MAX, Credential, Error, EventOutcome, GrantPolicy, IngestError, InstantPair, Lease,
+    SecretHash, UnitDomain, UsageEvent, check_conservation, validate_id,
 };
 use tollgate_store::{
-    AccountView, CheckReport, Consolidated, CreditReceipt, IssuedCredential, IssuedLease,
-    LeaseHandle, LegacyBoundCount, MigrationStatus, ReclaimReport, ReclaimedLease, Released,
-    StorageStatus, Store, UsageSink, Verification, new_capability, new_credential_id,
-    new_credential_key, new_lease_id,
+    AccountView, CheckReport, Consolidated, CreditReceipt, IssuedCredential, IssuedLease, LeaseHandle,
+    LegacyBoundCount, MigrationStatus, ReclaimReport, ReclaimedLease, Released, StorageStatus, Store, UsageSink,
+    Verification, new_capability, new_credential_id, new_credential_key, new_lease_id,
 };
 
 use crate::inspect;
@@ -62,10 +61,7 @@ pub struct PgStoreConfig {
 
 impl Default for PgStoreConfig {
     fn default() -> Self {
-        Self {
-            connections_max: 16,
-            acquire_timeout: Duration::from_secs(10),
-        }
+        Self { connections_max: 16, acquire_timeout: Duration::from_secs(10) }
     }
 }
 
@@ -98,11 +94,7 @@ impl PostgresStore {
     /// the applied history: a database holding a version this binary does not
     /// know is refused before anything is served. Servers then call
     /// `Store::pin_reclaim_grace`.
-    pub async fn connect_with(
-        url: &str,
-        policy: GrantPolicy,
-        config: PgStoreConfig,
-    ) -> Result<Self, ConnectError> {
+    pub async fn connect_with(url: &str, policy: GrantPolicy, config: PgStoreConfig) -> Result<Self, ConnectError> {
         let options: PgConnectOptions = url.parse().map_err(ConnectError::Unavailable)?;
         let pool = PgPoolOptions::new()
             .max_connections(config.connections_max)
@@ -127,10 +119,7 @@ impl PostgresStore {
 
     /// A store on a test database, which is dropped when the store is.
     #[cfg(feature = "testing")]
-    pub async fn on_test_db(
-        db: crate::testing::TestDb,
-        policy: GrantPolicy,
-    ) -> Result<Self, ConnectError> {
+    pub async fn on_test_db(db: crate::testing::TestDb, policy: GrantPolicy) -> Result<Self, ConnectError> {
         let mut store = Self::from_pool(db.pool().clone(), policy).await?;
         store._test_db = Some(db);
         Ok(store)
@@ -171,11 +160,7 @@ fn storage_error(error: sqlx::Error) -> Error {
         | E::Decode(_) => true,
         _ => false,
     };
-    if corrupt_kind {
-        Error::StorageCorrupt(error.to_string())
-    } else {
-        Error::StorageUnavailable(error.to_string())
-    }
+    if corrupt_kind { Error::StorageCorrupt(error.to_string()) } else { Error::StorageUnavailable(error.to_string()) }
 }
 
 fn ingest_error(error: Error) -> IngestError {
@@ -253,10 +238,7 @@ impl AccountRow {
         if account.next_fence == 0 {
             return Err(corrupt(format!("account {id}: next_fence is 0")));
         }
-        Ok(Account {
-            account_id: self.account_id,
-            ..account
-        })
+        Ok(Account { account_id: self.account_id, ..account })
     }
 }
 
@@ -288,19 +270,13 @@ impl LeaseRow {
             return Err(bad(format!("fencing_token is {}", self.fencing_token)));
         }
         let fencing_token = self.fencing_token.unsigned_abs();
-        let granted =
-            u64::try_from(self.granted).map_err(|_| bad(format!("granted is {}", self.granted)))?;
+        let granted = u64::try_from(self.granted).map_err(|_| bad(format!("granted is {}", self.granted)))?;
         let used = u64::try_from(self.used).map_err(|_| bad(format!("used is {}", self.used)))?;
-        let state = LeaseState::parse(&self.state)
-            .ok_or_else(|| bad(format!("state is {:?}", self.state)))?;
+        let state = LeaseState::parse(&self.state).ok_or_else(|| bad(format!("state is {:?}", self.state)))?;
         let expiry = InstantPair::decode(self.expiry_floor_us, i64::from(self.expiry_submicro_ns))
             .map_err(|e| bad(format!("expiry: {e}")))?;
-        let capability = SecretHash::from_slice(&self.capability_hash).ok_or_else(|| {
-            bad(format!(
-                "capability_hash has {} bytes",
-                self.capability_hash.len()
-            ))
-        })?;
+        let capability = SecretHash::from_slice(&self.capability_hash)
+            .ok_or_else(|| bad(format!("capability_hash has {} bytes", self.capability_hash.len())))?;
         Ok(LeaseRecord {
             lease: Lease {
                 lease_id: self.lease_id,
@@ -351,43 +327,27 @@ impl CredentialRow {
         let id = &self.credential_id;
         let bad = |what: String| corrupt(format!("credential {id}: {what}"));
         let instant = |name: &str, floor_us: i64, submicro_ns: i16| {
-            InstantPair::decode(floor_us, i64::from(submicro_ns))
-                .map_err(|e| bad(format!("{name}: {e}")))
+            InstantPair::decode(floor_us, i64::from(submicro_ns)).map_err(|e| bad(format!("{name}: {e}")))
         };
-        let optional = |name: &str, floor_us: Option<i64>, submicro_ns: Option<i16>| match (
-            floor_us,
-            submicro_ns,
-        ) {
+        let optional = |name: &str, floor_us: Option<i64>, submicro_ns: Option<i16>| match (floor_us, submicro_ns) {
             (None, None) => Ok(None),
             (Some(floor_us), Some(submicro_ns)) => instant(name, floor_us, submicro_ns).map(Some),
             _ => Err(bad(format!("{name} has only one of its two columns"))),
         };
-        let count = |name: &str, value: i64| {
-            u64::try_from(value).map_err(|_| bad(format!("{name} is {value}")))
-        };
+        let count = |name: &str, value: i64| u64::try_from(value).map_err(|_| bad(format!("{name} is {value}")));
         let credential = Credential {
             credential_id: String::new(),
             account_id: self.credential_account_id,
             label: self.label,
             created_at: instant("created", self.created_floor_us, self.created_submicro_ns)?,
             revoked_at: optional("revoked", self.revoked_floor_us, self.revoked_submicro_ns)?,
-            last_used_at: optional(
-                "last_used",
-                self.last_used_floor_us,
-                self.last_used_submicro_ns,
-            )?,
+            last_used_at: optional("last_used", self.last_used_floor_us, self.last_used_submicro_ns)?,
             accepted_events: count("accepted_events", self.accepted_events)?,
             accepted_units: count("accepted_units", self.accepted_units)?,
         };
         let key = SecretHash::from_slice(&self.key_hash)
             .ok_or_else(|| bad(format!("key_hash has {} bytes", self.key_hash.len())))?;
-        Ok(CredentialRecord {
-            credential: Credential {
-                credential_id: self.credential_id,
-                ..credential
-            },
-            key,
-        })
+        Ok(CredentialRecord { credential: Credential { credential_id: self.credential_id, ..credential }, key })
     }
 }
 
@@ -468,9 +428,7 @@ async fn persist(conn: &mut PgConnection, changes: &Changes<'_>) -> Result<(), E
 
     let a = &changes.accounts;
     let column = |f: fn(&Account) -> u64, name: &'static str| {
-        a.iter()
-            .map(|account| db_i64(f(account), name))
-            .collect::<Result<Vec<i64>, Error>>()
+        a.iter().map(|account| db_i64(f(account), name)).collect::<Result<Vec<i64>, Error>>()
     };
     query = query
         .bind(a.iter().map(|x| x.account_id.clone()).collect::<Vec<_>>())
@@ -485,140 +443,52 @@ async fn persist(conn: &mut PgConnection, changes: &Changes<'_>) -> Result<(), E
     let l = &changes.leases;
     query = query
         .bind(l.iter().map(|x| x.lease_id.clone()).collect::<Vec<_>>())
-        .bind(
-            l.iter()
-                .map(|x| db_i64(x.used, "lease_used"))
-                .collect::<Result<Vec<_>, _>>()?,
-        )
-        .bind(
-            l.iter()
-                .map(|x| x.state.as_str().to_owned())
-                .collect::<Vec<_>>(),
-        );
+        .bind(l.iter().map(|x| db_i64(x.used, "lease_used")).collect::<Result<Vec<_>, _>>()?)
+        .bind(l.iter().map(|x| x.state.as_str().to_owned()).collect::<Vec<_>>());
 
     let g = &changes.granted;
-    let expiries: Vec<InstantPair> = g
-        .iter()
-        .map(|(x, _)| InstantPair::encode(x.expiry))
-        .collect();
+    let expiries: Vec<InstantPair> = g.iter().map(|(x, _)| InstantPair::encode(x.expiry)).collect();
     query = query
-        .bind(
-            g.iter()
-                .map(|(x, _)| x.lease_id.clone())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            g.iter()
-                .map(|(x, _)| x.account_id.clone())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            g.iter()
-                .map(|(x, _)| db_i64(x.fencing_token, "next_fence"))
-                .collect::<Result<Vec<_>, _>>()?,
-        )
-        .bind(
-            g.iter()
-                .map(|(_, hash)| hash.as_bytes().to_vec())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            g.iter()
-                .map(|(x, _)| db_i64(x.granted, "granted"))
-                .collect::<Result<Vec<_>, _>>()?,
-        )
-        .bind(
-            g.iter()
-                .map(|(x, _)| db_i64(x.used, "lease_used"))
-                .collect::<Result<Vec<_>, _>>()?,
-        )
-        .bind(
-            g.iter()
-                .map(|(x, _)| x.state.as_str().to_owned())
-                .collect::<Vec<_>>(),
-        )
+        .bind(g.iter().map(|(x, _)| x.lease_id.clone()).collect::<Vec<_>>())
+        .bind(g.iter().map(|(x, _)| x.account_id.clone()).collect::<Vec<_>>())
+        .bind(g.iter().map(|(x, _)| db_i64(x.fencing_token, "next_fence")).collect::<Result<Vec<_>, _>>()?)
+        .bind(g.iter().map(|(_, hash)| hash.as_bytes().to_vec()).collect::<Vec<_>>())
+        .bind(g.iter().map(|(x, _)| db_i64(x.granted, "granted")).collect::<Result<Vec<_>, _>>()?)
+        .bind(g.iter().map(|(x, _)| db_i64(x.used, "lease_used")).collect::<Result<Vec<_>, _>>()?)
+        .bind(g.iter().map(|(x, _)| x.state.as_str().to_owned()).collect::<Vec<_>>())
         .bind(expiries.iter().map(|p| p.floor_us).collect::<Vec<_>>())
         .bind(expiries.iter().map(|p| p.submicro_ns).collect::<Vec<_>>())
-        .bind(
-            g.iter()
-                .map(|(x, _)| x.expiry_is_upper_bound)
-                .collect::<Vec<_>>(),
-        );
+        .bind(g.iter().map(|(x, _)| x.expiry_is_upper_bound).collect::<Vec<_>>());
 
     let c = &changes.credentials;
-    let last_used: Vec<Option<InstantPair>> = c
-        .iter()
-        .map(|x| x.last_used_at.map(InstantPair::encode))
-        .collect();
+    let last_used: Vec<Option<InstantPair>> = c.iter().map(|x| x.last_used_at.map(InstantPair::encode)).collect();
     query = query
-        .bind(
-            c.iter()
-                .map(|x| x.credential_id.clone())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            c.iter()
-                .map(|x| db_i64(x.accepted_events, "credential_accepted_events"))
-                .collect::<Result<Vec<_>, _>>()?,
-        )
-        .bind(
-            c.iter()
-                .map(|x| db_i64(x.accepted_units, "credential_accepted_units"))
-                .collect::<Result<Vec<_>, _>>()?,
-        )
-        .bind(
-            last_used
-                .iter()
-                .map(|p| p.map(|p| p.floor_us))
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            last_used
-                .iter()
-                .map(|p| p.map(|p| p.submicro_ns))
-                .collect::<Vec<_>>(),
-        );
+        .bind(c.iter().map(|x| x.credential_id.clone()).collect::<Vec<_>>())
+        .bind(c.iter().map(|x| db_i64(x.accepted_events, "credential_accepted_events")).collect::<Result<Vec<_>, _>>()?)
+        .bind(c.iter().map(|x| db_i64(x.accepted_units, "credential_accepted_units")).collect::<Result<Vec<_>, _>>()?)
+        .bind(last_used.iter().map(|p| p.map(|p| p.floor_us)).collect::<Vec<_>>())
+        .bind(last_used.iter().map(|p| p.map(|p| p.submicro_ns)).collect::<Vec<_>>());
 
     let e = &changes.events;
-    let occurred: Vec<InstantPair> = e
-        .iter()
-        .map(|x| InstantPair::encode(x.occurred_at))
-        .collect();
+    let occurred: Vec<InstantPair> = e.iter().map(|x| InstantPair::encode(x.occurred_at)).collect();
     query = query
         .bind(e.iter().map(|x| x.account_id.clone()).collect::<Vec<_>>())
         .bind(e.iter().map(|x| x.request_id.clone()).collect::<Vec<_>>())
-        .bind(
-            e.iter()
-                .map(|x| x.credential_id.clone())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            e.iter()
-                .map(|x| db_i64(x.units, "units"))
-                .collect::<Result<Vec<_>, _>>()?,
-        )
+        .bind(e.iter().map(|x| x.credential_id.clone()).collect::<Vec<_>>())
+        .bind(e.iter().map(|x| db_i64(x.units, "units")).collect::<Result<Vec<_>, _>>()?)
         .bind(occurred.iter().map(|p| p.floor_us).collect::<Vec<_>>())
         .bind(occurred.iter().map(|p| p.submicro_ns).collect::<Vec<_>>())
         .bind(e.iter().map(|x| x.lease_id.clone()).collect::<Vec<_>>())
         .bind(
             e.iter()
-                .map(|x| {
-                    x.fencing_token
-                        .map(|f| db_i64(f, "fencing_token"))
-                        .transpose()
-                })
+                .map(|x| x.fencing_token.map(|f| db_i64(f, "fencing_token")).transpose())
                 .collect::<Result<Vec<_>, _>>()?,
         );
 
     let written = query.fetch_one(&mut *conn).await.map_err(storage_error)?;
     let expected = (a.len(), l.len(), g.len(), c.len(), e.len());
-    let written_usize = (
-        written.0 as usize,
-        written.1 as usize,
-        written.2 as usize,
-        written.3 as usize,
-        written.4 as usize,
-    );
+    let written_usize =
+        (written.0 as usize, written.1 as usize, written.2 as usize, written.3 as usize, written.4 as usize);
     if written_usize != expected {
         return Err(corrupt(format!(
             "wrote {written_usize:?} (accounts, leases, new leases, credentials, events) rows, \
@@ -677,24 +547,13 @@ async fn lock_accounts(
              FOR NO KEY UPDATE"
         )
     };
-    let rows: Vec<AccountRow> = sqlx::query_as(sql)
-        .bind(account_ids)
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(storage_error)?;
-    rows.into_iter()
-        .map(|row| {
-            row.decode()
-                .map(|account| (account.account_id.clone(), account))
-        })
-        .collect()
+    let rows: Vec<AccountRow> =
+        sqlx::query_as(sql).bind(account_ids).fetch_all(&mut *conn).await.map_err(storage_error)?;
+    rows.into_iter().map(|row| row.decode().map(|account| (account.account_id.clone(), account))).collect()
 }
 
 /// Locks leases in `lease_id` order.
-async fn lock_leases(
-    conn: &mut PgConnection,
-    lease_ids: &[String],
-) -> Result<HashMap<String, LeaseRecord>, Error> {
+async fn lock_leases(conn: &mut PgConnection, lease_ids: &[String]) -> Result<HashMap<String, LeaseRecord>, Error> {
     let rows: Vec<LeaseRow> = sqlx::query_as(concat!(
         "SELECT ",
         lease_columns!(),
@@ -704,12 +563,7 @@ async fn lock_leases(
     .fetch_all(&mut *conn)
     .await
     .map_err(storage_error)?;
-    rows.into_iter()
-        .map(|row| {
-            row.decode()
-                .map(|record| (record.lease.lease_id.clone(), record))
-        })
-        .collect()
+    rows.into_iter().map(|row| row.decode().map(|record| (record.lease.lease_id.clone(), record))).collect()
 }
 
 /// The lease, after checking the caller's capability against its hash.
@@ -723,22 +577,14 @@ fn held(record: Option<&LeaseRecord>, capability: &str) -> Result<Lease, Error> 
 
 /// Sorted, deduplicated, storable values.
 fn sorted_ids<'a>(ids: impl IntoIterator<Item = &'a str>) -> Vec<String> {
-    ids.into_iter()
-        .filter(|id| storable(id))
-        .collect::<BTreeSet<&str>>()
-        .into_iter()
-        .map(str::to_owned)
-        .collect()
+    ids.into_iter().filter(|id| storable(id)).collect::<BTreeSet<&str>>().into_iter().map(str::to_owned).collect()
 }
 
 /// Ends an operation's transaction: commits what succeeded, and rolls back
 /// what failed at once, so its row locks are released before the error
 /// reaches the caller (a dropped transaction would release them only when its
 /// pooled connection is next used).
-async fn finish<T>(
-    tx: sqlx::Transaction<'static, sqlx::Postgres>,
-    result: Result<T, Error>,
-) -> Result<T, Error> {
+async fn finish<T>(tx: sqlx::Transaction<'static, sqlx::Postgres>, result: Result<T, Error>) -> Result<T, Error> {
     match result {
         Ok(value) => {
             tx.commit().await.map_err(storage_error)?;
@@ -763,28 +609,17 @@ impl PostgresStore {
     }
 
     /// Grants a lease the core decided and stages it for persisting.
-    fn stage_grant(
-        account_id: &str,
-        grant: ledger::Grant,
-        changes: &mut Changes<'_>,
-    ) -> IssuedLease {
+    fn stage_grant(account_id: &str, grant: ledger::Grant, changes: &mut Changes<'_>) -> IssuedLease {
         let capability = new_capability();
         let lease = grant.into_lease(new_lease_id(), account_id.to_owned());
         changes.granted.push((lease.clone(), capability.hash()));
         IssuedLease { lease, capability }
     }
 
-    async fn ingest_inner(
-        &self,
-        batch: &[UsageEvent],
-        now: Timestamp,
-    ) -> Result<Vec<EventOutcome>, IngestError> {
+    async fn ingest_inner(&self, batch: &[UsageEvent], now: Timestamp) -> Result<Vec<EventOutcome>, IngestError> {
         // Bound what is loaded before loading it; the core enforces the same bound.
         if batch.len() > BATCH_EVENTS_MAX {
-            return Err(IngestError::BatchTooLarge {
-                events: batch.len(),
-                max: BATCH_EVENTS_MAX,
-            });
+            return Err(IngestError::BatchTooLarge { events: batch.len(), max: BATCH_EVENTS_MAX });
         }
         let account_ids = sorted_ids(batch.iter().map(|e| e.account_id.as_str()));
         let lease_ids = sorted_ids(batch.iter().filter_map(|e| e.lease_id.as_deref()));
@@ -821,9 +656,7 @@ impl PostgresStore {
             .map_err(|e| ingest_error(storage_error(e)))?;
             for row in credentials {
                 let record = row.decode().map_err(ingest_error)?;
-                snapshot
-                    .credentials
-                    .insert(record.credential.credential_id.clone(), record.credential);
+                snapshot.credentials.insert(record.credential.credential_id.clone(), record.credential);
             }
             // Read after the account locks, so no accepted ID of these accounts can
             // be missing from this statement's snapshot.
@@ -855,9 +688,7 @@ impl PostgresStore {
         .await;
         match result {
             Ok(outcomes) => {
-                tx.commit()
-                    .await
-                    .map_err(|e| ingest_error(storage_error(e)))?;
+                tx.commit().await.map_err(|e| ingest_error(storage_error(e)))?;
                 Ok(outcomes)
             }
             Err(error) => {
@@ -868,20 +699,13 @@ impl PostgresStore {
     }
 
     fn view_of(account: Account, active_leases: u64) -> AccountView {
-        AccountView {
-            account,
-            active_leases,
-        }
+        AccountView { account, active_leases }
     }
 }
 
 #[async_trait]
 impl UsageSink for PostgresStore {
-    async fn ingest(
-        &self,
-        batch: Vec<UsageEvent>,
-        now: Timestamp,
-    ) -> Result<Vec<EventOutcome>, IngestError> {
+    async fn ingest(&self, batch: Vec<UsageEvent>, now: Timestamp) -> Result<Vec<EventOutcome>, IngestError> {
         self.ingest_inner(&batch, now).await
     }
 }
@@ -921,55 +745,50 @@ impl Store for PostgresStore {
         Ok(Self::view_of(account, 0))
     }
 
-    async fn credit(
-        &self,
-        account_id: &str,
-        credit_id: &str,
-        units: u64,
-    ) -> Result<CreditReceipt, Error> {
+    async fn credit(&self, account_id: &str, credit_id: &str, units: u64) -> Result<CreditReceipt, Error> {
         validate_id("account_id", account_id)?;
         validate_id("credit_id", credit_id)?;
         let mut tx = self.begin().await?;
         let result: Result<CreditReceipt, Error> = async {
-        let mut account = lock_account(&mut tx, account_id).await?;
-        // Read after the lock, so a concurrent credit with this id is seen.
-        let (existing_units, active): (Option<i64>, i64) = sqlx::query_as(
-            "SELECT (SELECT c.units FROM tollgate_credits c WHERE c.account_id = $1 AND c.credit_id = $2), \
+            let mut account = lock_account(&mut tx, account_id).await?;
+            // Read after the lock, so a concurrent credit with this id is seen.
+            let (existing_units, active): (Option<i64>, i64) = sqlx::query_as(
+                "SELECT (SELECT c.units FROM tollgate_credits c WHERE c.account_id = $1 AND c.credit_id = $2), \
                     (SELECT count(*) FROM tollgate_leases l WHERE l.account_id = $1 AND l.state = 'active')",
-        )
-        .bind(account_id)
-        .bind(credit_id)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(storage_error)?;
-        let active_leases = active.unsigned_abs();
-        if let Some(existing_units) = existing_units {
-            let existing_units = u64::try_from(existing_units)
-                .map_err(|_| corrupt(format!("credit {account_id}/{credit_id}: units is {existing_units}")))?;
-            if existing_units != units {
-                return Err(Error::CreditConflict { existing_units });
+            )
+            .bind(account_id)
+            .bind(credit_id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(storage_error)?;
+            let active_leases = active.unsigned_abs();
+            if let Some(existing_units) = existing_units {
+                let existing_units = u64::try_from(existing_units)
+                    .map_err(|_| corrupt(format!("credit {account_id}/{credit_id}: units is {existing_units}")))?;
+                if existing_units != units {
+                    return Err(Error::CreditConflict { existing_units });
+                }
+                return Ok(CreditReceipt { account: Self::view_of(account, active_leases), created: false });
             }
-            return Ok(CreditReceipt { account: Self::view_of(account, active_leases), created: false });
-        }
-        account.credit(units, DOMAIN)?;
-        sqlx::query(
-            "WITH credited AS (
+            account.credit(units, DOMAIN)?;
+            sqlx::query(
+                "WITH credited AS (
                  UPDATE tollgate_accounts AS a SET credited = $3, available = $4
                  WHERE a.account_id = $1
                  RETURNING a.account_id
              )
              INSERT INTO tollgate_credits (account_id, credit_id, units)
              SELECT credited.account_id, $2, $5 FROM credited",
-        )
-        .bind(account_id)
-        .bind(credit_id)
-        .bind(db_i64(account.credited, "credited")?)
-        .bind(db_i64(account.available, "available")?)
-        .bind(db_i64(units, "units")?)
-        .execute(&mut *tx)
-        .await
-        .map_err(storage_error)?;
-        Ok(CreditReceipt { account: Self::view_of(account, active_leases), created: true })
+            )
+            .bind(account_id)
+            .bind(credit_id)
+            .bind(db_i64(account.credited, "credited")?)
+            .bind(db_i64(account.available, "available")?)
+            .bind(db_i64(units, "units")?)
+            .execute(&mut *tx)
+            .await
+            .map_err(storage_error)?;
+            Ok(CreditReceipt { account: Self::view_of(account, active_leases), created: true })
         }
         .await;
         finish(tx, result).await
@@ -996,12 +815,7 @@ impl Store for PostgresStore {
         finish(tx, result).await
     }
 
-    async fn release(
-        &self,
-        lease_id: &str,
-        capability: &str,
-        now: Timestamp,
-    ) -> Result<Released, Error> {
+    async fn release(&self, lease_id: &str, capability: &str, now: Timestamp) -> Result<Released, Error> {
         if !storable(lease_id) {
             return Err(Error::LeaseNotFound);
         }
@@ -1025,11 +839,7 @@ impl Store for PostgresStore {
             let mut lease = held(Some(&row.lease.decode()?), capability)?;
             let mut account = row.account.decode()?;
             let settlement = ledger::release(&mut account, &mut lease, now, &self.policy, DOMAIN)?;
-            let changes = Changes {
-                accounts: vec![account],
-                leases: vec![lease.clone()],
-                ..Changes::default()
-            };
+            let changes = Changes { accounts: vec![account], leases: vec![lease.clone()], ..Changes::default() };
             persist(&mut tx, &changes).await?;
             Ok(Released { lease, settlement })
         }
@@ -1054,26 +864,13 @@ impl Store for PostgresStore {
                 .iter()
                 .map(|handle| held(records.get(&handle.lease_id), &handle.capability))
                 .collect::<Result<Vec<_>, _>>()?;
-            let (grant, settlements) = ledger::consolidate(
-                &mut account,
-                &mut leases,
-                extra_units,
-                ttl,
-                now,
-                &self.policy,
-                DOMAIN,
-            )?;
-            let mut changes = Changes {
-                leases: leases.clone(),
-                ..Changes::default()
-            };
+            let (grant, settlements) =
+                ledger::consolidate(&mut account, &mut leases, extra_units, ttl, now, &self.policy, DOMAIN)?;
+            let mut changes = Changes { leases: leases.clone(), ..Changes::default() };
             let lease = Self::stage_grant(account_id, grant, &mut changes);
             changes.accounts.push(account);
             persist(&mut tx, &changes).await?;
-            Ok(Consolidated {
-                lease,
-                settlements: leases.into_iter().zip(settlements).collect(),
-            })
+            Ok(Consolidated { lease, settlements: leases.into_iter().zip(settlements).collect() })
         }
         .await;
         finish(tx, result).await
@@ -1082,16 +879,10 @@ impl Store for PostgresStore {
     async fn reclaim(&self, now: Timestamp, limit: u32) -> Result<ReclaimReport, Error> {
         let limit = limit.min(self.policy.reclaim_batch_max());
         let Some(cutoff) = self.policy.reclaim_cutoff(now) else {
-            return Ok(ReclaimReport {
-                reclaimed: Vec::new(),
-                limit,
-            });
+            return Ok(ReclaimReport { reclaimed: Vec::new(), limit });
         };
         if limit == 0 {
-            return Ok(ReclaimReport {
-                reclaimed: Vec::new(),
-                limit,
-            });
+            return Ok(ReclaimReport { reclaimed: Vec::new(), limit });
         }
         let cutoff = InstantPair::encode(cutoff);
         let mut tx = self.begin().await?;
@@ -1110,15 +901,10 @@ impl Store for PostgresStore {
             .fetch_all(&mut *tx)
             .await
             .map_err(storage_error)?;
-            let mut due = rows
-                .into_iter()
-                .map(|row| row.decode().map(|record| record.lease))
-                .collect::<Result<Vec<_>, _>>()?;
+            let mut due =
+                rows.into_iter().map(|row| row.decode().map(|record| record.lease)).collect::<Result<Vec<_>, _>>()?;
             if due.is_empty() {
-                return Ok(ReclaimReport {
-                    reclaimed: Vec::new(),
-                    limit,
-                });
+                return Ok(ReclaimReport { reclaimed: Vec::new(), limit });
             }
             due.sort_by(|a, b| (&a.account_id, &a.lease_id).cmp(&(&b.account_id, &b.lease_id)));
             let account_ids = sorted_ids(due.iter().map(|l| l.account_id.as_str()));
@@ -1131,9 +917,7 @@ impl Store for PostgresStore {
                 let Some(account) = accounts.get_mut(&lease.account_id) else {
                     continue;
                 };
-                if let Some(settlement) =
-                    ledger::reclaim(account, &mut lease, now, &self.policy, DOMAIN)?
-                {
+                if let Some(settlement) = ledger::reclaim(account, &mut lease, now, &self.policy, DOMAIN)? {
                     reclaimed.push(ReclaimedLease {
                         lease_id: lease.lease_id.clone(),
                         account_id: lease.account_id.clone(),
@@ -1142,15 +926,8 @@ impl Store for PostgresStore {
                     changes.leases.push(lease);
                 }
             }
-            let touched: BTreeSet<&str> = changes
-                .leases
-                .iter()
-                .map(|l| l.account_id.as_str())
-                .collect();
-            changes.accounts = accounts
-                .into_values()
-                .filter(|a| touched.contains(a.account_id.as_str()))
-                .collect();
+            let touched: BTreeSet<&str> = changes.leases.iter().map(|l| l.account_id.as_str()).collect();
+            changes.accounts = accounts.into_values().filter(|a| touched.contains(a.account_id.as_str())).collect();
             if !changes.leases.is_empty() {
                 persist(&mut tx, &changes).await?;
             }
@@ -1160,12 +937,7 @@ impl Store for PostgresStore {
         finish(tx, result).await
     }
 
-    async fn issue_credential(
-        &self,
-        account_id: &str,
-        label: &str,
-        now: Timestamp,
-    ) -> Result<IssuedCredential, Error> {
+    async fn issue_credential(&self, account_id: &str, label: &str, now: Timestamp) -> Result<IssuedCredential, Error> {
         validate_label(label)?;
         // PostgreSQL text cannot hold NUL; such a label is not storable here.
         if !storable(label) {
@@ -1218,17 +990,11 @@ impl Store for PostgresStore {
         .fetch_optional(&self.pool)
         .await
         .map_err(storage_error)?;
-        let record = row
-            .map(CredentialRow::decode)
-            .transpose()?
-            .filter(|record| record.key.matches(key));
+        let record = row.map(CredentialRow::decode).transpose()?.filter(|record| record.key.matches(key));
         Ok(match record {
-            None => Verification {
-                valid: false,
-                credential_id: None,
-                account_id: None,
-                reason: Some("unknown_credential"),
-            },
+            None => {
+                Verification { valid: false, credential_id: None, account_id: None, reason: Some("unknown_credential") }
+            }
             Some(record) => {
                 let credential = record.credential;
                 let revoked = credential.revoked_at.is_some();
@@ -1242,11 +1008,7 @@ impl Store for PostgresStore {
         })
     }
 
-    async fn revoke_credential(
-        &self,
-        credential_id: &str,
-        now: Timestamp,
-    ) -> Result<Credential, Error> {
+    async fn revoke_credential(&self, credential_id: &str, now: Timestamp) -> Result<Credential, Error> {
         if !storable(credential_id) {
             return Err(Error::CredentialNotFound);
         }
@@ -1302,25 +1064,19 @@ impl Store for PostgresStore {
         .await
         .map_err(storage_error)?;
         let row = row.ok_or(Error::AccountNotFound)?;
-        Ok(Self::view_of(
-            row.account.decode()?,
-            row.active_leases.unsigned_abs(),
-        ))
+        Ok(Self::view_of(row.account.decode()?, row.active_leases.unsigned_abs()))
     }
 
     async fn lease(&self, lease_id: &str) -> Result<Lease, Error> {
         if !storable(lease_id) {
             return Err(Error::LeaseNotFound);
         }
-        let row: Option<LeaseRow> = sqlx::query_as(concat!(
-            "SELECT ",
-            lease_columns!(),
-            " FROM tollgate_leases l WHERE l.lease_id = $1"
-        ))
-        .bind(lease_id)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(storage_error)?;
+        let row: Option<LeaseRow> =
+            sqlx::query_as(concat!("SELECT ", lease_columns!(), " FROM tollgate_leases l WHERE l.lease_id = $1"))
+                .bind(lease_id)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(storage_error)?;
         Ok(row.ok_or(Error::LeaseNotFound)?.decode()?.lease)
     }
 
@@ -1349,28 +1105,23 @@ impl Store for PostgresStore {
                 .await
                 .map_err(storage_error)?;
             // Seed 003's inspection, in the same snapshot.
-            let guard_violations = inspect::inspect_guards_in(&mut tx)
-                .await
-                .map_err(storage_error)?;
-            let mut report = CheckReport {
-                guard_violations,
-                ..CheckReport::default()
-            };
+            let guard_violations = inspect::inspect_guards_in(&mut tx).await.map_err(storage_error)?;
+            let mut report = CheckReport { guard_violations, ..CheckReport::default() };
             let mut after = String::new();
             loop {
                 // Only the counters and each active lease's granted and used enter
                 // the equations, so only those are loaded: a row that breaks a guard
                 // (a fence, say) is reported above instead of failing the check.
                 let accounts: Vec<(String, i64, i64, i64, i64, i64, i64)> = sqlx::query_as(
-                "SELECT a.account_id, a.credited, a.available, a.reserved, a.consumed, a.overage, \
+                    "SELECT a.account_id, a.credited, a.available, a.reserved, a.consumed, a.overage, \
                  a.billed FROM tollgate_accounts a WHERE a.account_id > $1 \
                  ORDER BY a.account_id LIMIT $2",
-            )
-            .bind(&after)
-            .bind(CHECK_PAGE_ACCOUNTS)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(storage_error)?;
+                )
+                .bind(&after)
+                .bind(CHECK_PAGE_ACCOUNTS)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(storage_error)?;
                 let Some(last) = accounts.last() else { break };
                 after = last.0.clone();
                 let page_ids: Vec<String> = accounts.iter().map(|a| a.0.clone()).collect();
@@ -1385,8 +1136,7 @@ impl Store for PostgresStore {
                 let mut by_account: HashMap<String, Vec<Lease>> = HashMap::new();
                 for (lease_id, account_id, granted, used) in leases {
                     let count = |name: &str, value: i64| {
-                        u64::try_from(value)
-                            .map_err(|_| corrupt(format!("lease {lease_id}: {name} is {value}")))
+                        u64::try_from(value).map_err(|_| corrupt(format!("lease {lease_id}: {name} is {value}")))
                     };
                     let lease = Lease {
                         granted: count("granted", granted)?,
@@ -1401,9 +1151,7 @@ impl Store for PostgresStore {
                     };
                     by_account.entry(account_id).or_default().push(lease);
                 }
-                for (account_id, credited, available, reserved, consumed, overage, billed) in
-                    accounts
-                {
+                for (account_id, credited, available, reserved, consumed, overage, billed) in accounts {
                     let row = AccountRow {
                         account_id,
                         credited,
@@ -1416,13 +1164,8 @@ impl Store for PostgresStore {
                         next_fence: 1,
                     };
                     let account = row.decode()?;
-                    let leases = by_account
-                        .get(&account.account_id)
-                        .map(Vec::as_slice)
-                        .unwrap_or(&[]);
-                    report
-                        .violations
-                        .extend(check_conservation(&account, leases));
+                    let leases = by_account.get(&account.account_id).map(Vec::as_slice).unwrap_or(&[]);
+                    report.violations.extend(check_conservation(&account, leases));
                     report.accounts_checked += 1;
                 }
             }
@@ -1437,13 +1180,9 @@ impl Store for PostgresStore {
             let mut legacy_bounds = bounds
                 .into_iter()
                 .map(|(state, expiry_is_upper_bound, count)| {
-                    let state = LeaseState::parse(&state)
-                        .ok_or_else(|| corrupt(format!("a lease has state {state:?}")))?;
-                    Ok(LegacyBoundCount {
-                        state,
-                        expiry_is_upper_bound,
-                        count: count.unsigned_abs(),
-                    })
+                    let state =
+                        LeaseState::parse(&state).ok_or_else(|| corrupt(format!("a lease has state {state:?}")))?;
+                    Ok(LegacyBoundCount { state, expiry_is_upper_bound, count: count.unsigned_abs() })
                 })
                 .collect::<Result<Vec<_>, Error>>()?;
             legacy_bounds.sort();
@@ -1456,17 +1195,13 @@ impl Store for PostgresStore {
     }
 
     async fn status(&self) -> Result<StorageStatus, Error> {
-        let applied: Vec<i64> = sqlx::query_scalar(
-            "SELECT version FROM _sqlx_migrations WHERE success ORDER BY version",
-        )
-        .fetch_all(&self.pool)
-        .await
-        .map_err(storage_error)?;
+        let applied: Vec<i64> =
+            sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
+                .fetch_all(&self.pool)
+                .await
+                .map_err(storage_error)?;
         let known = migrations::MIGRATOR.iter().map(|m| m.version).collect();
-        Ok(StorageStatus {
-            backend: "postgres",
-            migrations: Some(MigrationStatus { applied, known }),
-        })
+        Ok(StorageStatus { backend: "postgres", migrations: Some(MigrationStatus { applied, known }) })
     }
 
     async fn pin_reclaim_grace(&self, replace: bool) -> Result<(), Error> {
@@ -1501,16 +1236,11 @@ impl Store for PostgresStore {
         .fetch_one(&self.pool)
         .await
         .map_err(storage_error)?;
-        let recorded_grace: SignedDuration = recorded.parse().map_err(|e| {
-            corrupt(format!(
-                "tollgate_settings {RECLAIM_GRACE_SETTING} is {recorded:?}: {e}"
-            ))
-        })?;
+        let recorded_grace: SignedDuration = recorded
+            .parse()
+            .map_err(|e| corrupt(format!("tollgate_settings {RECLAIM_GRACE_SETTING} is {recorded:?}: {e}")))?;
         if recorded_grace != configured {
-            return Err(Error::ReclaimGraceMismatch {
-                recorded,
-                configured: configured.to_string(),
-            });
+            return Err(Error::ReclaimGraceMismatch { recorded, configured: configured.to_string() });
         }
         Ok(())
     }

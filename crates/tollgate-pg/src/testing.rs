@@ -61,14 +61,8 @@ impl TestDb {
         });
         drop_leftovers(&mut maintenance).await;
 
-        let created_s = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        let name = format!(
-            "{TEST_DATABASE_PREFIX}{created_s}_{}",
-            uuid::Uuid::new_v4().simple()
-        );
+        let created_s = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        let name = format!("{TEST_DATABASE_PREFIX}{created_s}_{}", uuid::Uuid::new_v4().simple());
         // Identifiers cannot be bound as parameters; the name is generated
         // here from [a-z0-9_] only, which the assertion keeps true.
         assert!(is_plain_identifier(&name));
@@ -85,21 +79,13 @@ impl TestDb {
             .await
             .unwrap_or_else(|e| panic!("cannot connect to the new test database {name}: {e}"));
 
-        TestDb {
-            url: url_with_database(&server_url, &name),
-            name,
-            pool,
-            server,
-            dropped: false,
-        }
+        TestDb { url: url_with_database(&server_url, &name), name, pool, server, dropped: false }
     }
 
     /// Creates a database with every embedded migration applied.
     pub async fn create_migrated() -> TestDb {
         let db = TestDb::create().await;
-        db.migrate()
-            .await
-            .expect("embedded migrations apply to an empty database");
+        db.migrate().await.expect("embedded migrations apply to an empty database");
         db
     }
 
@@ -110,10 +96,7 @@ impl TestDb {
 
     /// Applies embedded migrations up to and including `version`, leaving the
     /// database as an older binary would have left it.
-    pub async fn migrate_through(
-        &self,
-        version: i64,
-    ) -> Result<Vec<AppliedMigration>, MigrationError> {
+    pub async fn migrate_through(&self, version: i64) -> Result<Vec<AppliedMigration>, MigrationError> {
         migrations::apply_with(&migrations::migrator_through(version), &self.pool).await
     }
 
@@ -169,10 +152,7 @@ impl Drop for TestDb {
         let server = self.server.clone();
         let name = self.name.clone();
         let dropper = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
                 return;
             };
             runtime.block_on(drop_database(&server, &name));
@@ -188,11 +168,9 @@ async fn drop_database(server: &PgConnectOptions, name: &str) {
     }
     let result = async {
         let mut conn = server.connect().await?;
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-        )))
-        .execute(&mut conn)
-        .await?;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
+            .execute(&mut conn)
+            .await?;
         conn.close().await
     }
     .await;
@@ -205,19 +183,14 @@ async fn drop_database(server: &PgConnectOptions, name: &str) {
 /// that were killed before they could clean up. Errors are ignored: another
 /// process may be dropping the same leftover.
 async fn drop_leftovers(conn: &mut PgConnection) {
-    let Ok(names) = sqlx::query_scalar::<_, String>(
-        "SELECT datname FROM pg_database WHERE starts_with(datname, $1)",
-    )
-    .bind(TEST_DATABASE_PREFIX)
-    .fetch_all(&mut *conn)
-    .await
+    let Ok(names) = sqlx::query_scalar::<_, String>("SELECT datname FROM pg_database WHERE starts_with(datname, $1)")
+        .bind(TEST_DATABASE_PREFIX)
+        .fetch_all(&mut *conn)
+        .await
     else {
         return;
     };
-    let now_s = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let now_s = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     for name in names {
         let Some(created_s) = name
             .strip_prefix(TEST_DATABASE_PREFIX)
@@ -226,14 +199,10 @@ async fn drop_leftovers(conn: &mut PgConnection) {
         else {
             continue;
         };
-        if now_s.saturating_sub(created_s) > LEFTOVER_AGE_MAX.as_secs()
-            && is_plain_identifier(&name)
-        {
-            let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-            )))
-            .execute(&mut *conn)
-            .await;
+        if now_s.saturating_sub(created_s) > LEFTOVER_AGE_MAX.as_secs() && is_plain_identifier(&name) {
+            let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
+                .execute(&mut *conn)
+                .await;
         }
     }
 }
@@ -265,9 +234,7 @@ pub fn pg_failure(error: &sqlx::Error) -> Option<PgFailure> {
 fn is_plain_identifier(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 63
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
 
 /// Replaces the database path of a PostgreSQL URL, keeping user, host, port
@@ -278,10 +245,7 @@ fn url_with_database(url: &str, database: &str) -> String {
         None => (url, None),
     };
     let authority_start = base.find("://").map(|i| i + 3).unwrap_or(0);
-    let path_start = base[authority_start..]
-        .find('/')
-        .map(|i| authority_start + i)
-        .unwrap_or(base.len());
+    let path_start = base[authority_start..].find('/').map(|i| authority_start + i).unwrap_or(base.len());
     let mut out = format!("{}/{}", &base[..path_start], database);
     if let Some(query) = query {
         out.push('?');
@@ -297,19 +261,10 @@ mod tests {
     #[test]
     fn url_with_database_replaces_only_the_path() {
         let cases = [
-            (
-                "postgres://postgres@127.0.0.1:5432/test",
-                "postgres://postgres@127.0.0.1:5432/d",
-            ),
-            (
-                "postgres://u:p@h/test?sslmode=disable",
-                "postgres://u:p@h/d?sslmode=disable",
-            ),
+            ("postgres://postgres@127.0.0.1:5432/test", "postgres://postgres@127.0.0.1:5432/d"),
+            ("postgres://u:p@h/test?sslmode=disable", "postgres://u:p@h/d?sslmode=disable"),
             ("postgres://u@h:5", "postgres://u@h:5/d"),
-            (
-                "postgres:///test?host=/tmp/x&port=5",
-                "postgres:///d?host=/tmp/x&port=5",
-            ),
+            ("postgres:///test?host=/tmp/x&port=5", "postgres:///d?host=/tmp/x&port=5"),
         ];
         for (url, expected) in cases {
             assert_eq!(url_with_database(url, "d"), expected, "{url}");

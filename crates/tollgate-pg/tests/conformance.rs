@@ -12,9 +12,7 @@ impl StoreFactory for Postgres {
     type Store = PostgresStore;
 
     async fn create(&self, policy: GrantPolicy) -> PostgresStore {
-        PostgresStore::on_test_db(TestDb::create().await, policy)
-            .await
-            .expect("a PostgresStore on a fresh database")
+        PostgresStore::on_test_db(TestDb::create().await, policy).await.expect("a PostgresStore on a fresh database")
     }
 }
 

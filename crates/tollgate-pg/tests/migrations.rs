@@ -56,10 +56,7 @@ async fn snapshot_without_expiry(pool: &PgPool) -> Vec<String> {
         UNION ALL
         SELECT 'usage ' || (to_jsonb(u))::text FROM tollgate_usage_events u
         ORDER BY 1";
-    sqlx::query_scalar(sql)
-        .fetch_all(pool)
-        .await
-        .expect("snapshot")
+    sqlx::query_scalar(sql).fetch_all(pool).await.expect("snapshot")
 }
 
 async fn applied_versions(pool: &PgPool) -> Vec<i64> {
@@ -108,33 +105,15 @@ fn failed_version(error: &MigrationError) -> (i64, Option<PgFailure>) {
 /// everything the seeds promise about the result.
 async fn check_upgrade_from(from: i64) {
     let db = TestDb::create().await;
-    db.migrate_through(from)
-        .await
-        .expect("old migrations apply");
-    sqlx::raw_sql(LEGACY_FIXTURE)
-        .execute(db.pool())
-        .await
-        .expect("legacy fixture");
+    db.migrate_through(from).await.expect("old migrations apply");
+    sqlx::raw_sql(LEGACY_FIXTURE).execute(db.pool()).await.expect("legacy fixture");
     let before = snapshot_without_expiry(db.pool()).await;
 
-    let applied: Vec<i64> = db
-        .migrate()
-        .await
-        .expect("upgrade")
-        .iter()
-        .map(|m| m.version)
-        .collect();
+    let applied: Vec<i64> = db.migrate().await.expect("upgrade").iter().map(|m| m.version).collect();
     assert_eq!(applied, ((from + 1)..=17).collect::<Vec<i64>>());
 
-    assert_eq!(
-        snapshot_without_expiry(db.pool()).await,
-        before,
-        "a non-expiry field changed"
-    );
-    assert_eq!(
-        conservation_violations(db.pool()).await,
-        Vec::<String>::new()
-    );
+    assert_eq!(snapshot_without_expiry(db.pool()).await, before, "a non-expiry field changed");
+    assert_eq!(conservation_violations(db.pool()).await, Vec::<String>::new());
 
     // The latest instant consistent with each truncated value: +999 ns for
     // nonnegative µs (the zero bucket included), the stored instant for negative.
@@ -168,17 +147,11 @@ async fn check_upgrade_from(from: i64) {
     .fetch_all(db.pool())
     .await
     .expect("legacy-bound counts");
-    assert_eq!(
-        counts,
-        vec![("active".into(), true, 6), ("released".into(), true, 1)]
-    );
+    assert_eq!(counts, vec![("active".into(), true, 6), ("released".into(), true, 1)]);
 
     // A cold restart (fresh pool) finds the data and nothing left to apply.
     let restarted = db.new_pool(2).await;
-    assert_eq!(
-        migrations::apply(&restarted).await.expect("restart"),
-        vec![]
-    );
+    assert_eq!(migrations::apply(&restarted).await.expect("restart"), vec![]);
     assert_eq!(snapshot_without_expiry(&restarted).await, before);
     restarted.close().await;
     db.drop_now().await;
@@ -201,10 +174,7 @@ async fn upgrade_from_populated_0016_preserves_accounting_and_bounds_legacy_expi
 async fn invalid_history_fails_0016_then_evidence_based_repair_passes() {
     let db = TestDb::create().await;
     db.migrate_through(14).await.expect("0001-0014 apply");
-    sqlx::raw_sql(LEGACY_FIXTURE)
-        .execute(db.pool())
-        .await
-        .expect("legacy fixture");
+    sqlx::raw_sql(LEGACY_FIXTURE).execute(db.pool()).await.expect("legacy fixture");
     // Corrupt history, as a buggy legacy writer could have left it, next to
     // the evidence an operator would reconcile it from (here: a table standing
     // in for the gateway's own usage log and the account's allocation record).
@@ -220,30 +190,19 @@ async fn invalid_history_fails_0016_then_evidence_based_repair_passes() {
     .expect("invalid history");
     let invalid = snapshot_without_expiry(db.pool()).await;
 
-    let error = db
-        .migrate()
-        .await
-        .expect_err("0016 must find the invalid rows");
+    let error = db.migrate().await.expect_err("0016 must find the invalid rows");
     let (version, failure) = failed_version(&error);
     assert_eq!(version, 16);
-    assert_eq!(
-        failure.as_ref().map(|f| f.sqlstate.as_str()),
-        Some("23514"),
-        "{error}"
-    );
+    assert_eq!(failure.as_ref().map(|f| f.sqlstate.as_str()), Some("23514"), "{error}");
     assert!(error.to_string().contains("migration 16"), "{error}");
 
     // 0015 stays committed; the invalid rows are preserved, not clamped.
-    assert_eq!(
-        applied_versions(db.pool()).await,
-        (1..=15).collect::<Vec<i64>>()
-    );
+    assert_eq!(applied_versions(db.pool()).await, (1..=15).collect::<Vec<i64>>());
     assert_eq!(snapshot_without_expiry(db.pool()).await, invalid);
-    let installed_15: String =
-        sqlx::query_scalar("SELECT installed_on::text FROM _sqlx_migrations WHERE version = 15")
-            .fetch_one(db.pool())
-            .await
-            .expect("0015 recorded");
+    let installed_15: String = sqlx::query_scalar("SELECT installed_on::text FROM _sqlx_migrations WHERE version = 15")
+        .fetch_one(db.pool())
+        .await
+        .expect("0015 recorded");
 
     // The NOT VALID guards already check new writes.
     let new_write = sqlx::query(
@@ -274,31 +233,16 @@ async fn invalid_history_fails_0016_then_evidence_based_repair_passes() {
     .await
     .expect("repair");
 
-    let applied: Vec<i64> = db
-        .migrate()
-        .await
-        .expect("startup after repair")
-        .iter()
-        .map(|m| m.version)
-        .collect();
+    let applied: Vec<i64> = db.migrate().await.expect("startup after repair").iter().map(|m| m.version).collect();
     assert_eq!(applied, vec![16, 17]);
-    assert_eq!(
-        applied_versions(db.pool()).await,
-        (1..=17).collect::<Vec<i64>>()
-    );
+    assert_eq!(applied_versions(db.pool()).await, (1..=17).collect::<Vec<i64>>());
     let installed_15_after: String =
         sqlx::query_scalar("SELECT installed_on::text FROM _sqlx_migrations WHERE version = 15")
             .fetch_one(db.pool())
             .await
             .expect("0015 still recorded");
-    assert_eq!(
-        installed_15_after, installed_15,
-        "history of 0015 was rewritten"
-    );
-    assert_eq!(
-        conservation_violations(db.pool()).await,
-        Vec::<String>::new()
-    );
+    assert_eq!(installed_15_after, installed_15, "history of 0015 was rewritten");
+    assert_eq!(conservation_violations(db.pool()).await, Vec::<String>::new());
     db.drop_now().await;
 }
 
@@ -307,17 +251,12 @@ async fn invalid_history_fails_0016_then_evidence_based_repair_passes() {
 /// from evidence then lets it apply.
 #[tokio::test]
 async fn out_of_domain_legacy_expiry_rolls_back_0017_entirely() {
-    let cases: [(&str, i64); 2] = [
-        ("above Timestamp::MAX", 253_402_207_201_000_000),
-        ("below Timestamp::MIN", -377_705_023_201_000_001),
-    ];
+    let cases: [(&str, i64); 2] =
+        [("above Timestamp::MAX", 253_402_207_201_000_000), ("below Timestamp::MIN", -377_705_023_201_000_001)];
     for (name, expires_at_us) in cases {
         let db = TestDb::create().await;
         db.migrate_through(16).await.expect("0001-0016 apply");
-        sqlx::raw_sql(LEGACY_FIXTURE)
-            .execute(db.pool())
-            .await
-            .expect("legacy fixture");
+        sqlx::raw_sql(LEGACY_FIXTURE).execute(db.pool()).await.expect("legacy fixture");
         sqlx::query("UPDATE tollgate_leases SET expires_at_us = $1 WHERE lease_id = 'pos'")
             .bind(expires_at_us)
             .execute(db.pool())
@@ -331,55 +270,32 @@ async fn out_of_domain_legacy_expiry_rolls_back_0017_entirely() {
         assert_eq!(version, 17, "{name}");
         let failure = failure.unwrap_or_else(|| panic!("{name}: not a database error: {error}"));
         assert_eq!(failure.sqlstate, "23514", "{name}");
-        assert_eq!(
-            failure.constraint.as_deref(),
-            Some("tollgate_leases_expiry_floor_in_domain"),
-            "{name}"
-        );
+        assert_eq!(failure.constraint.as_deref(), Some("tollgate_leases_expiry_floor_in_domain"), "{name}");
 
         // Nothing of 0017 is left: old column, old index, no new columns,
         // no backfill, history ends at 0016.
         assert_eq!(lease_columns(db.pool()).await, columns_0016, "{name}");
         assert!(columns_0016.contains(&"expires_at_us".to_owned()));
-        let index: String = sqlx::query_scalar(
-            "SELECT indexdef FROM pg_indexes WHERE indexname = 'tollgate_leases_active_expiry'",
-        )
-        .fetch_one(db.pool())
-        .await
-        .expect("index");
-        assert!(index.contains("(expires_at_us)"), "{name}: {index}");
-        assert_eq!(
-            applied_versions(db.pool()).await,
-            (1..=16).collect::<Vec<i64>>(),
-            "{name}"
-        );
-        assert_eq!(
-            snapshot_without_expiry(db.pool()).await,
-            rows_0016,
-            "{name}"
-        );
-        let stored: i64 =
-            sqlx::query_scalar("SELECT expires_at_us FROM tollgate_leases WHERE lease_id = 'pos'")
+        let index: String =
+            sqlx::query_scalar("SELECT indexdef FROM pg_indexes WHERE indexname = 'tollgate_leases_active_expiry'")
                 .fetch_one(db.pool())
                 .await
-                .expect("row kept");
-        assert_eq!(
-            stored, expires_at_us,
-            "{name}: the offending row was changed"
-        );
+                .expect("index");
+        assert!(index.contains("(expires_at_us)"), "{name}: {index}");
+        assert_eq!(applied_versions(db.pool()).await, (1..=16).collect::<Vec<i64>>(), "{name}");
+        assert_eq!(snapshot_without_expiry(db.pool()).await, rows_0016, "{name}");
+        let stored: i64 = sqlx::query_scalar("SELECT expires_at_us FROM tollgate_leases WHERE lease_id = 'pos'")
+            .fetch_one(db.pool())
+            .await
+            .expect("row kept");
+        assert_eq!(stored, expires_at_us, "{name}: the offending row was changed");
 
         // Repair from authoritative evidence (the fixture's original value).
         sqlx::query("UPDATE tollgate_leases SET expires_at_us = 1500 WHERE lease_id = 'pos'")
             .execute(db.pool())
             .await
             .expect("repair");
-        let applied: Vec<i64> = db
-            .migrate()
-            .await
-            .expect(name)
-            .iter()
-            .map(|m| m.version)
-            .collect();
+        let applied: Vec<i64> = db.migrate().await.expect(name).iter().map(|m| m.version).collect();
         assert_eq!(applied, vec![17], "{name}");
         db.drop_now().await;
     }
@@ -392,15 +308,10 @@ async fn out_of_domain_legacy_expiry_rolls_back_0017_entirely() {
 async fn old_lease_sql_on_a_retained_connection_fails_and_rolls_back_its_debit() {
     let db = TestDb::create().await;
     db.migrate_through(16).await.expect("0001-0016 apply");
-    sqlx::raw_sql(LEGACY_FIXTURE)
-        .execute(db.pool())
-        .await
-        .expect("legacy fixture");
+    sqlx::raw_sql(LEGACY_FIXTURE).execute(db.pool()).await.expect("legacy fixture");
 
     // The old binary's connection, with its 0016-era statements prepared.
-    let mut old: PgConnection = PgConnection::connect_with(&db.connect_options())
-        .await
-        .expect("old connection");
+    let mut old: PgConnection = PgConnection::connect_with(&db.connect_options()).await.expect("old connection");
     let old_acquire_debit = "UPDATE tollgate_accounts SET available = available - $1, \
          reserved = reserved + $1, next_fence = next_fence + 1 WHERE account_id = $2 \
          RETURNING next_fence - 1";
@@ -408,22 +319,11 @@ async fn old_lease_sql_on_a_retained_connection_fails_and_rolls_back_its_debit()
          capability_hash, granted, state, expires_at_us) VALUES ($1, $2, $3, $4, $5, 'active', $6)";
     let old_reclaim = "SELECT lease_id FROM tollgate_leases WHERE state = 'active' \
          AND expires_at_us <= $1 ORDER BY expires_at_us, lease_id LIMIT 10 FOR UPDATE SKIP LOCKED";
-    let old_release =
-        "SELECT lease_id, expires_at_us FROM tollgate_leases WHERE lease_id = $1 FOR UPDATE";
-    let due: Vec<String> = sqlx::query_scalar(old_reclaim)
-        .bind(-1_i64)
-        .fetch_all(&mut old)
-        .await
-        .expect("old reclaim before");
-    assert_eq!(
-        due,
-        vec!["min".to_owned(), "neg-big".to_owned(), "neg".to_owned()]
-    );
-    sqlx::query(old_release)
-        .bind("pos")
-        .execute(&mut old)
-        .await
-        .expect("old release before");
+    let old_release = "SELECT lease_id, expires_at_us FROM tollgate_leases WHERE lease_id = $1 FOR UPDATE";
+    let due: Vec<String> =
+        sqlx::query_scalar(old_reclaim).bind(-1_i64).fetch_all(&mut old).await.expect("old reclaim before");
+    assert_eq!(due, vec!["min".to_owned(), "neg-big".to_owned(), "neg".to_owned()]);
+    sqlx::query(old_release).bind("pos").execute(&mut old).await.expect("old release before");
 
     let accounts_before = snapshot_without_expiry(db.pool()).await;
     db.migrate().await.expect("0017 applies");
@@ -452,35 +352,15 @@ async fn old_lease_sql_on_a_retained_connection_fails_and_rolls_back_its_debit()
 
     // Old reclaim and release statements, prepared before the migration, fail too.
     for (name, result) in [
-        (
-            "reclaim",
-            sqlx::query(old_reclaim)
-                .bind(i64::MAX)
-                .execute(&mut old)
-                .await,
-        ),
-        (
-            "release",
-            sqlx::query(old_release).bind("pos").execute(&mut old).await,
-        ),
+        ("reclaim", sqlx::query(old_reclaim).bind(i64::MAX).execute(&mut old).await),
+        ("release", sqlx::query(old_release).bind("pos").execute(&mut old).await),
     ] {
         let error = result.expect_err(name);
-        assert_eq!(
-            pg_failure(&error).map(|f| f.sqlstate),
-            Some("42703".to_owned()),
-            "{name}: {error}"
-        );
+        assert_eq!(pg_failure(&error).map(|f| f.sqlstate), Some("42703".to_owned()), "{name}: {error}");
     }
 
-    assert_eq!(
-        snapshot_without_expiry(db.pool()).await,
-        accounts_before,
-        "the debit leaked"
-    );
-    assert_eq!(
-        conservation_violations(db.pool()).await,
-        Vec::<String>::new()
-    );
+    assert_eq!(snapshot_without_expiry(db.pool()).await, accounts_before, "the debit leaked");
+    assert_eq!(conservation_violations(db.pool()).await, Vec::<String>::new());
     old.close().await.expect("close");
     db.drop_now().await;
 }
@@ -491,21 +371,14 @@ async fn old_lease_sql_on_a_retained_connection_fails_and_rolls_back_its_debit()
 async fn migration_waits_for_a_running_old_transaction() {
     let db = TestDb::create().await;
     db.migrate_through(16).await.expect("0001-0016 apply");
-    sqlx::raw_sql(LEGACY_FIXTURE)
-        .execute(db.pool())
-        .await
-        .expect("legacy fixture");
+    sqlx::raw_sql(LEGACY_FIXTURE).execute(db.pool()).await.expect("legacy fixture");
 
-    let mut old = PgConnection::connect_with(&db.connect_options())
-        .await
-        .expect("old connection");
+    let mut old = PgConnection::connect_with(&db.connect_options()).await.expect("old connection");
     let mut tx = old.begin().await.expect("begin");
-    let held: i64 = sqlx::query_scalar(
-        "SELECT expires_at_us FROM tollgate_leases WHERE lease_id = 'pos' FOR UPDATE",
-    )
-    .fetch_one(&mut *tx)
-    .await
-    .expect("old lock");
+    let held: i64 = sqlx::query_scalar("SELECT expires_at_us FROM tollgate_leases WHERE lease_id = 'pos' FOR UPDATE")
+        .fetch_one(&mut *tx)
+        .await
+        .expect("old lock");
     assert_eq!(held, 1500);
 
     let pool = db.pool().clone();
@@ -537,14 +410,8 @@ async fn migration_waits_for_a_running_old_transaction() {
         .expect("old write under its lock");
     tx.commit().await.expect("old commit");
 
-    let applied = migration
-        .await
-        .expect("join")
-        .expect("0017 applies after the old commit");
-    assert_eq!(
-        applied.iter().map(|m| m.version).collect::<Vec<_>>(),
-        vec![17]
-    );
+    let applied = migration.await.expect("join").expect("0017 applies after the old commit");
+    assert_eq!(applied.iter().map(|m| m.version).collect::<Vec<_>>(), vec![17]);
     let pair: (i64, i16, bool) = sqlx::query_as(
         "SELECT expiry_floor_us, expiry_submicro_ns, expiry_is_upper_bound \
          FROM tollgate_leases WHERE lease_id = 'pos'",

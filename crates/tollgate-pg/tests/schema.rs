@@ -51,10 +51,7 @@ async fn check_cases(db: &TestDb, cases: &[Case]) {
         let result = sqlx::raw_sql(case.sql).execute(&mut *tx).await;
         tx.rollback().await.expect("rollback");
 
-        let failure = result
-            .as_ref()
-            .err()
-            .map(|e| (pg_failure(e), e.to_string()));
+        let failure = result.as_ref().err().map(|e| (pg_failure(e), e.to_string()));
         let ok = match (case.expect, &failure) {
             (Expect::Accepted, None) => true,
             (Expect::CheckViolation(name), Some((Some(f), _))) => {
@@ -77,19 +74,12 @@ async fn check_cases(db: &TestDb, cases: &[Case]) {
             ));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "cases failed:\n{}",
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "cases failed:\n{}", failures.join("\n"));
 }
 
 async fn migrated_with_fixture() -> TestDb {
     let db = TestDb::create_migrated().await;
-    sqlx::raw_sql(FIXTURE)
-        .execute(db.pool())
-        .await
-        .expect("fixture");
+    sqlx::raw_sql(FIXTURE).execute(db.pool()).await.expect("fixture");
     db
 }
 
@@ -173,31 +163,11 @@ async fn usage_event_boundary_values_are_accepted() {
     check_cases(
         &db,
         &[
-            case(
-                "zero units",
-                usage_insert!("('acct','r','cred',0,0,0,NULL,NULL)"),
-                Accepted,
-            ),
-            case(
-                "maximum units",
-                usage_insert!("('acct','r','cred',9223372036854775807,0,0,NULL,NULL)"),
-                Accepted,
-            ),
-            case(
-                "fence one",
-                usage_insert!("('acct','r','cred',1,0,0,'lease-1',1)"),
-                Accepted,
-            ),
-            case(
-                "maximum fence",
-                usage_insert!("('acct','r','cred',1,0,0,'lease-1',9223372036854775807)"),
-                Accepted,
-            ),
-            case(
-                "overage, no funding",
-                usage_insert!("('acct','r','cred',5,-1,999,NULL,NULL)"),
-                Accepted,
-            ),
+            case("zero units", usage_insert!("('acct','r','cred',0,0,0,NULL,NULL)"), Accepted),
+            case("maximum units", usage_insert!("('acct','r','cred',9223372036854775807,0,0,NULL,NULL)"), Accepted),
+            case("fence one", usage_insert!("('acct','r','cred',1,0,0,'lease-1',1)"), Accepted),
+            case("maximum fence", usage_insert!("('acct','r','cred',1,0,0,'lease-1',9223372036854775807)"), Accepted),
+            case("overage, no funding", usage_insert!("('acct','r','cred',5,-1,999,NULL,NULL)"), Accepted),
         ],
     )
     .await;
@@ -265,13 +235,25 @@ async fn lease_boundary_values_are_accepted() {
     check_cases(
         &db,
         &[
-            case("Timestamp::MIN", lease_insert!("('l','acct',2,'\\x00',1,0,'active',-377705023201000000,0,false)"), Accepted),
-            case("Timestamp::MAX", lease_insert!("('l','acct',2,'\\x00',1,0,'active',253402207200999999,999,false)"), Accepted),
+            case(
+                "Timestamp::MIN",
+                lease_insert!("('l','acct',2,'\\x00',1,0,'active',-377705023201000000,0,false)"),
+                Accepted,
+            ),
+            case(
+                "Timestamp::MAX",
+                lease_insert!("('l','acct',2,'\\x00',1,0,'active',253402207200999999,999,false)"),
+                Accepted,
+            ),
             case("submicro 0", lease_insert!("('l','acct',2,'\\x00',1,0,'active',0,0,false)"), Accepted),
             case("submicro 999", lease_insert!("('l','acct',2,'\\x00',1,0,'active',-1,999,false)"), Accepted),
             case("settled state", lease_insert!("('l','acct',2,'\\x00',0,0,'consolidated',0,0,true)"), Accepted),
             case("next_fence one", "UPDATE tollgate_accounts SET next_fence = 1 WHERE account_id = 'acct'", Accepted),
-            case("next_fence maximum", "UPDATE tollgate_accounts SET next_fence = 9223372036854775807 WHERE account_id = 'acct'", Accepted),
+            case(
+                "next_fence maximum",
+                "UPDATE tollgate_accounts SET next_fence = 9223372036854775807 WHERE account_id = 'acct'",
+                Accepted,
+            ),
         ],
     )
     .await;
@@ -298,12 +280,11 @@ async fn every_constraint_is_validated_after_all_migrations() {
 #[tokio::test]
 async fn active_expiry_index_covers_both_components() {
     let db = TestDb::create_migrated().await;
-    let definition: String = sqlx::query_scalar(
-        "SELECT indexdef FROM pg_indexes WHERE indexname = 'tollgate_leases_active_expiry'",
-    )
-    .fetch_one(db.pool())
-    .await
-    .expect("index exists");
+    let definition: String =
+        sqlx::query_scalar("SELECT indexdef FROM pg_indexes WHERE indexname = 'tollgate_leases_active_expiry'")
+            .fetch_one(db.pool())
+            .await
+            .expect("index exists");
     assert!(
         definition.contains("(expiry_floor_us, expiry_submicro_ns) WHERE (state = 'active'::text)"),
         "{definition}"
@@ -317,17 +298,8 @@ fn catalogue_is_versions_1_through_17_contiguous_and_forward_only() {
     assert_eq!(versions, (1..=17).collect::<Vec<i64>>());
     assert_eq!(latest_version(), 17);
     for migration in MIGRATOR.iter() {
-        assert_eq!(
-            migration.migration_type,
-            MigrationType::Simple,
-            "{}",
-            migration.version
-        );
-        assert!(
-            !migration.no_tx,
-            "migration {} must run in a transaction",
-            migration.version
-        );
+        assert_eq!(migration.migration_type, MigrationType::Simple, "{}", migration.version);
+        assert!(!migration.no_tx, "migration {} must run in a transaction", migration.version);
     }
     let through_14: Vec<i64> = migrator_through(14).iter().map(|m| m.version).collect();
     assert_eq!(through_14, (1..=14).collect::<Vec<i64>>());
@@ -341,10 +313,7 @@ async fn apply_reports_each_version_once() {
     assert_eq!(first, (1..=14).collect::<Vec<i64>>());
 
     let second = db.migrate().await.expect("0015-0017 apply");
-    let described: Vec<(i64, &str)> = second
-        .iter()
-        .map(|m| (m.version, m.description.as_str()))
-        .collect();
+    let described: Vec<(i64, &str)> = second.iter().map(|m| (m.version, m.description.as_str())).collect();
     assert_eq!(
         described,
         vec![
@@ -369,24 +338,14 @@ async fn old_catalogue_refuses_a_newer_database() {
     let error = tollgate_pg::migrations::apply_with(&migrator_through(14), db.pool())
         .await
         .expect_err("an old catalogue must refuse the database");
-    assert!(
-        matches!(
-            error,
-            MigrationError::UnknownVersion {
-                version: 15,
-                catalogue_latest: 14
-            }
-        ),
-        "{error:?}"
-    );
+    assert!(matches!(error, MigrationError::UnknownVersion { version: 15, catalogue_latest: 14 }), "{error:?}");
     assert_eq!(error.version(), Some(15));
     assert!(error.to_string().contains("migration 15"), "{error}");
 
-    let versions: Vec<i64> =
-        sqlx::query_scalar("SELECT version FROM _sqlx_migrations ORDER BY version")
-            .fetch_all(db.pool())
-            .await
-            .expect("history");
+    let versions: Vec<i64> = sqlx::query_scalar("SELECT version FROM _sqlx_migrations ORDER BY version")
+        .fetch_all(db.pool())
+        .await
+        .expect("history");
     assert_eq!(versions, (1..=15).collect::<Vec<i64>>());
     db.drop_now().await;
 }

@@ -6,9 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
-use tollgate_core::{
-    Error, GrantPolicy, IngestError, LeaseState, Outcome, RejectReason, SecretHash, UsageEvent,
-};
+use tollgate_core::{Error, GrantPolicy, IngestError, LeaseState, Outcome, RejectReason, SecretHash, UsageEvent};
 use tollgate_pg::testing::TestDb;
 use tollgate_pg::{ConnectError, MigrationError, PostgresStore};
 use tollgate_store::{IssuedLease, LeaseHandle, LegacyBoundCount, Store, UsageSink};
@@ -29,9 +27,7 @@ fn policy(grace: SignedDuration) -> GrantPolicy {
 }
 
 async fn store(grace: SignedDuration) -> PostgresStore {
-    PostgresStore::on_test_db(TestDb::create().await, policy(grace))
-        .await
-        .expect("store")
+    PostgresStore::on_test_db(TestDb::create().await, policy(grace)).await.expect("store")
 }
 
 async fn funded(s: &impl Store, account_id: &str, units: u64) {
@@ -42,11 +38,7 @@ async fn funded(s: &impl Store, account_id: &str, units: u64) {
 }
 
 async fn credential(s: &impl Store, account_id: &str) -> String {
-    s.issue_credential(account_id, "gw", ts(T0))
-        .await
-        .expect("credential")
-        .credential
-        .credential_id
+    s.issue_credential(account_id, "gw", ts(T0)).await.expect("credential").credential.credential_id
 }
 
 fn event(
@@ -68,10 +60,7 @@ fn event(
 }
 
 fn handle(lease: &IssuedLease) -> LeaseHandle {
-    LeaseHandle {
-        lease_id: lease.lease.lease_id.clone(),
-        capability: lease.capability.expose().to_owned(),
-    }
+    LeaseHandle { lease_id: lease.lease.lease_id.clone(), capability: lease.capability.expose().to_owned() }
 }
 
 /// `(credited, available, reserved, consumed, overage, billed, next_fence)`.
@@ -79,15 +68,7 @@ type Counters = (u64, u64, u64, u64, u64, u64, u64);
 
 async fn counters(s: &impl Store, account_id: &str) -> Counters {
     let a = s.account(account_id).await.expect("account").account;
-    (
-        a.credited,
-        a.available,
-        a.reserved,
-        a.consumed,
-        a.overage,
-        a.billed,
-        a.next_fence,
-    )
+    (a.credited, a.available, a.reserved, a.consumed, a.overage, a.billed, a.next_fence)
 }
 
 async fn assert_conserved(s: &impl Store) {
@@ -96,14 +77,8 @@ async fn assert_conserved(s: &impl Store) {
     assert_eq!(report.guard_violations, vec![], "guards");
 }
 
-fn outcomes(
-    result: Result<Vec<tollgate_core::EventOutcome>, IngestError>,
-) -> Vec<(String, Outcome)> {
-    result
-        .expect("batch classified")
-        .into_iter()
-        .map(|o| (o.request_id, o.outcome))
-        .collect()
+fn outcomes(result: Result<Vec<tollgate_core::EventOutcome>, IngestError>) -> Vec<(String, Outcome)> {
+    result.expect("batch classified").into_iter().map(|o| (o.request_id, o.outcome)).collect()
 }
 
 // ------------------------------------------------------------- unit domain
@@ -115,10 +90,7 @@ async fn units_above_i64_max_are_rejected_individually_in_a_mixed_batch() {
     let s = store(nanos(0)).await;
     funded(&s, "acct", 100).await;
     let cred = credential(&s, "acct").await;
-    let lease = s
-        .acquire("acct", 10, nanos(60_000_000_000), ts(T0))
-        .await
-        .unwrap();
+    let lease = s.acquire("acct", 10, nanos(60_000_000_000), ts(T0)).await.unwrap();
     let batch = vec![
         event("ok-1", "acct", &cred, 5, None),
         event("too-big", "acct", &cred, I64_MAX + 1, None),
@@ -138,23 +110,15 @@ async fn units_above_i64_max_are_rejected_individually_in_a_mixed_batch() {
         ]
     );
     // Billed reaches exactly i64::MAX, the top of the domain.
-    assert_eq!(
-        counters(&s, "acct").await,
-        (100, 90, 10, 0, I64_MAX - 3, I64_MAX, 2)
-    );
+    assert_eq!(counters(&s, "acct").await, (100, 90, 10, 0, I64_MAX - 3, I64_MAX, 2));
     assert_eq!(s.lease(&lease.lease.lease_id).await.unwrap().used, 3);
     let c = s.credential(&cred).await.unwrap();
     assert_eq!((c.accepted_events, c.accepted_units), (3, I64_MAX));
 
     // The rejected IDs were not claimed, but billed is full: even one more unit
     // refuses the whole batch, terminally, and applies nothing.
-    let retry = s
-        .ingest(vec![event("too-big", "acct", &cred, 1, None)], ts(T0))
-        .await;
-    assert!(
-        matches!(retry, Err(IngestError::Refused { .. })),
-        "{retry:?}"
-    );
+    let retry = s.ingest(vec![event("too-big", "acct", &cred, 1, None)], ts(T0)).await;
+    assert!(matches!(retry, Err(IngestError::Refused { .. })), "{retry:?}");
     assert_conserved(&s).await;
 }
 
@@ -166,46 +130,22 @@ async fn acquire_credit_and_consolidate_above_i64_max_are_units_out_of_range() {
     funded(&s, "acct", 100).await;
     let lease = s.acquire("acct", 10, nanos(1_000), ts(T0)).await.unwrap();
     let before = counters(&s, "acct").await;
-    let out_of_range = |units| Error::UnitsOutOfRange {
-        units,
-        max: I64_MAX,
-    };
+    let out_of_range = |units| Error::UnitsOutOfRange { units, max: I64_MAX };
     for units in [I64_MAX + 1, u64::MAX] {
+        assert_eq!(s.acquire("acct", units, nanos(1_000), ts(T0)).await.unwrap_err(), out_of_range(units));
+        assert_eq!(s.credit("acct", "big", units).await.unwrap_err(), out_of_range(units));
         assert_eq!(
-            s.acquire("acct", units, nanos(1_000), ts(T0))
-                .await
-                .unwrap_err(),
-            out_of_range(units)
-        );
-        assert_eq!(
-            s.credit("acct", "big", units).await.unwrap_err(),
-            out_of_range(units)
-        );
-        assert_eq!(
-            s.consolidate("acct", &[handle(&lease)], units, nanos(1_000), ts(T0))
-                .await
-                .unwrap_err(),
+            s.consolidate("acct", &[handle(&lease)], units, nanos(1_000), ts(T0)).await.unwrap_err(),
             out_of_range(units)
         );
     }
     assert_eq!(counters(&s, "acct").await, before);
-    assert_eq!(
-        s.lease(&lease.lease.lease_id).await.unwrap().state,
-        LeaseState::Active
-    );
+    assert_eq!(s.lease(&lease.lease.lease_id).await.unwrap().state, LeaseState::Active);
 
     // The largest representable credit fits; one more unit overflows `credited`.
     funded(&s, "full", I64_MAX).await;
-    assert_eq!(
-        s.credit("full", "one-more", 1).await.unwrap_err(),
-        Error::CounterOverflow {
-            counter: "credited"
-        }
-    );
-    assert_eq!(
-        counters(&s, "full").await,
-        (I64_MAX, I64_MAX, 0, 0, 0, 0, 1)
-    );
+    assert_eq!(s.credit("full", "one-more", 1).await.unwrap_err(), Error::CounterOverflow { counter: "credited" });
+    assert_eq!(counters(&s, "full").await, (I64_MAX, I64_MAX, 0, 0, 0, 0, 1));
     assert_conserved(&s).await;
 }
 
@@ -251,16 +191,8 @@ async fn zero_and_negative_stored_lease_fences_are_storage_corrupt() {
         let what = |op: &str| format!("fence {fence}: {op}");
 
         expect_corrupt(&what("lease"), s.lease(&lease.lease.lease_id).await);
-        expect_corrupt(
-            &what("release"),
-            s.release(&lease.lease.lease_id, lease.capability.expose(), ts(T0))
-                .await,
-        );
-        expect_corrupt(
-            &what("consolidate"),
-            s.consolidate("acct", &[handle(&lease)], 0, nanos(1_000), ts(T0))
-                .await,
-        );
+        expect_corrupt(&what("release"), s.release(&lease.lease.lease_id, lease.capability.expose(), ts(T0)).await);
+        expect_corrupt(&what("consolidate"), s.consolidate("acct", &[handle(&lease)], 0, nanos(1_000), ts(T0)).await);
         let mut leased = event("e", "acct", &cred, 1, Some(&lease));
         leased.fencing_token = Some(1);
         expect_ingest_corrupt(&what("ingest"), s.ingest(vec![leased], ts(T0)).await);
@@ -270,26 +202,11 @@ async fn zero_and_negative_stored_lease_fences_are_storage_corrupt() {
         assert_eq!(counters(&s, "acct").await, before, "{fence}");
         let report = s.check().await.expect("check reports instead of failing");
         assert_eq!(report.violations, vec![]);
-        assert_eq!(
-            report.guard_violations.len(),
-            1,
-            "{fence}: {:?}",
-            report.guard_violations
-        );
+        assert_eq!(report.guard_violations.len(), 1, "{fence}: {:?}", report.guard_violations);
         let violation = &report.guard_violations[0];
         assert_eq!(
-            (
-                violation.table.as_str(),
-                violation.key.as_str(),
-                violation.column.as_str(),
-                violation.value
-            ),
-            (
-                "tollgate_leases",
-                lease.lease.lease_id.as_str(),
-                "fencing_token",
-                fence
-            )
+            (violation.table.as_str(), violation.key.as_str(), violation.column.as_str(), violation.value),
+            ("tollgate_leases", lease.lease.lease_id.as_str(), "fencing_token", fence)
         );
     }
 }
@@ -326,25 +243,15 @@ async fn zero_and_negative_next_fence_and_event_rows_are_storage_corrupt() {
         .unwrap();
 
         let what = |op: &str| format!("next_fence {next_fence}: {op}");
-        expect_corrupt(
-            &what("acquire"),
-            s.acquire("acct", 1, nanos(1_000), ts(T0)).await,
-        );
+        expect_corrupt(&what("acquire"), s.acquire("acct", 1, nanos(1_000), ts(T0)).await);
         expect_corrupt(&what("account"), s.account("acct").await);
         expect_corrupt(&what("credit"), s.credit("acct", "more", 1).await);
-        expect_ingest_corrupt(
-            &what("ingest"),
-            s.ingest(vec![event("e", "acct", &cred, 1, None)], ts(T0))
-                .await,
-        );
+        expect_ingest_corrupt(&what("ingest"), s.ingest(vec![event("e", "acct", &cred, 1, None)], ts(T0)).await);
 
         let report = s.check().await.expect("check reports instead of failing");
         assert_eq!(report.violations, vec![]);
-        let found: BTreeSet<(String, String, i64)> = report
-            .guard_violations
-            .iter()
-            .map(|v| (v.table.clone(), v.column.clone(), v.value))
-            .collect();
+        let found: BTreeSet<(String, String, i64)> =
+            report.guard_violations.iter().map(|v| (v.table.clone(), v.column.clone(), v.value)).collect();
         let expected: BTreeSet<(String, String, i64)> = [
             ("tollgate_accounts", "next_fence", next_fence),
             ("tollgate_usage_events", "fencing_token", next_fence),
@@ -364,27 +271,15 @@ async fn zero_and_negative_next_fence_and_event_rows_are_storage_corrupt() {
 async fn undecodable_stored_values_are_storage_corrupt() {
     // (what, direct SQL that breaks one stored value)
     let cases = [
-        (
-            "credential created_submicro_ns 1000",
-            "UPDATE tollgate_credentials SET created_submicro_ns = 1000",
-        ),
-        (
-            "credential last_used with half its pair",
-            "UPDATE tollgate_credentials SET last_used_floor_us = 5",
-        ),
-        (
-            "credential negative accepted_units",
-            "UPDATE tollgate_credentials SET accepted_units = -1",
-        ),
+        ("credential created_submicro_ns 1000", "UPDATE tollgate_credentials SET created_submicro_ns = 1000"),
+        ("credential last_used with half its pair", "UPDATE tollgate_credentials SET last_used_floor_us = 5"),
+        ("credential negative accepted_units", "UPDATE tollgate_credentials SET accepted_units = -1"),
         (
             "account negative available",
             "ALTER TABLE tollgate_accounts DROP CONSTRAINT tollgate_accounts_available_check;
              UPDATE tollgate_accounts SET available = -1",
         ),
-        (
-            "lease capability hash of 3 bytes",
-            "UPDATE tollgate_leases SET capability_hash = '\\x010203'",
-        ),
+        ("lease capability hash of 3 bytes", "UPDATE tollgate_leases SET capability_hash = '\\x010203'"),
     ];
     for (what, sql) in cases {
         let s = store(nanos(0)).await;
@@ -392,14 +287,9 @@ async fn undecodable_stored_values_are_storage_corrupt() {
         let issued = s.issue_credential("acct", "gw", ts(T0)).await.unwrap();
         let cred = issued.credential.credential_id.clone();
         let lease = s.acquire("acct", 10, nanos(1_000), ts(T0)).await.unwrap();
-        sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
-            .execute(s.pool())
-            .await
-            .unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned())).execute(s.pool()).await.unwrap();
 
-        let usage = s
-            .ingest(vec![event("e", "acct", &cred, 1, Some(&lease))], ts(T0))
-            .await;
+        let usage = s.ingest(vec![event("e", "acct", &cred, 1, Some(&lease))], ts(T0)).await;
         expect_ingest_corrupt(what, usage);
         if what.starts_with("credential") {
             expect_corrupt(what, s.credential(&cred).await);
@@ -407,18 +297,10 @@ async fn undecodable_stored_values_are_storage_corrupt() {
         } else if what.starts_with("account") {
             expect_corrupt(what, s.account("acct").await);
             expect_corrupt(what, s.acquire("acct", 1, nanos(1), ts(T0)).await);
-            expect_corrupt(
-                what,
-                s.release(&lease.lease.lease_id, lease.capability.expose(), ts(T0))
-                    .await,
-            );
+            expect_corrupt(what, s.release(&lease.lease.lease_id, lease.capability.expose(), ts(T0)).await);
         } else {
             expect_corrupt(what, s.lease(&lease.lease.lease_id).await);
-            expect_corrupt(
-                what,
-                s.release(&lease.lease.lease_id, lease.capability.expose(), ts(T0))
-                    .await,
-            );
+            expect_corrupt(what, s.release(&lease.lease.lease_id, lease.capability.expose(), ts(T0)).await);
         }
     }
 }
@@ -433,16 +315,8 @@ async fn concurrent_reclaimers_never_settle_a_lease_twice() {
     const LEASES_PER_ACCOUNT: usize = 30;
     let db = TestDb::create().await;
     let second_pool = db.new_pool(4).await;
-    let one = Arc::new(
-        PostgresStore::on_test_db(db, policy(nanos(0)))
-            .await
-            .unwrap(),
-    );
-    let two = Arc::new(
-        PostgresStore::from_pool(second_pool, policy(nanos(0)))
-            .await
-            .unwrap(),
-    );
+    let one = Arc::new(PostgresStore::on_test_db(db, policy(nanos(0))).await.unwrap());
+    let two = Arc::new(PostgresStore::from_pool(second_pool, policy(nanos(0))).await.unwrap());
 
     let mut expected_used: BTreeMap<String, u64> = BTreeMap::new();
     let mut all_leases = BTreeSet::new();
@@ -452,27 +326,14 @@ async fn concurrent_reclaimers_never_settle_a_lease_twice() {
         let cred = credential(&*one, &account_id).await;
         let mut batch = Vec::new();
         for i in 0..LEASES_PER_ACCOUNT {
-            let lease = one
-                .acquire(&account_id, 10, nanos(1_000 + i as i64), ts(T0))
-                .await
-                .unwrap();
+            let lease = one.acquire(&account_id, 10, nanos(1_000 + i as i64), ts(T0)).await.unwrap();
             // Some usage inside, some beyond the grant.
             let used = (i as u64 * 7) % 15;
-            batch.push(event(
-                &format!("u-{i}"),
-                &account_id,
-                &cred,
-                used,
-                Some(&lease),
-            ));
+            batch.push(event(&format!("u-{i}"), &account_id, &cred, used, Some(&lease)));
             *expected_used.entry(account_id.clone()).or_default() += used;
             all_leases.insert(lease.lease.lease_id);
         }
-        assert!(
-            outcomes(one.ingest(batch, ts(T0)).await)
-                .iter()
-                .all(|(_, o)| *o == Outcome::Accepted)
-        );
+        assert!(outcomes(one.ingest(batch, ts(T0)).await).iter().all(|(_, o)| *o == Outcome::Accepted));
     }
 
     let now = ts(T0 + 10_000);
@@ -482,36 +343,23 @@ async fn concurrent_reclaimers_never_settle_a_lease_twice() {
         for _ in 0..1_000 {
             let report = store.reclaim(now, 7).await.expect("reclaim");
             settled.extend(report.reclaimed);
-            let active: i64 =
-                sqlx::query_scalar("SELECT count(*) FROM tollgate_leases WHERE state = 'active'")
-                    .fetch_one(store.pool())
-                    .await
-                    .unwrap();
+            let active: i64 = sqlx::query_scalar("SELECT count(*) FROM tollgate_leases WHERE state = 'active'")
+                .fetch_one(store.pool())
+                .await
+                .unwrap();
             if active == 0 {
                 break;
             }
         }
         settled
     };
-    let (a, b) = tokio::join!(
-        tokio::spawn(reclaimer(one.clone())),
-        tokio::spawn(reclaimer(two.clone()))
-    );
+    let (a, b) = tokio::join!(tokio::spawn(reclaimer(one.clone())), tokio::spawn(reclaimer(two.clone())));
     let (a, b) = (a.unwrap(), b.unwrap());
-    assert!(
-        !a.is_empty() && !b.is_empty(),
-        "both reclaimers should have done work: {} and {}",
-        a.len(),
-        b.len()
-    );
+    assert!(!a.is_empty() && !b.is_empty(), "both reclaimers should have done work: {} and {}", a.len(), b.len());
 
     let mut seen = BTreeSet::new();
     for reclaimed in a.iter().chain(&b) {
-        assert!(
-            seen.insert(reclaimed.lease_id.clone()),
-            "lease {} settled twice",
-            reclaimed.lease_id
-        );
+        assert!(seen.insert(reclaimed.lease_id.clone()), "lease {} settled twice", reclaimed.lease_id);
     }
     assert_eq!(seen, all_leases);
     for (account_id, used) in expected_used {
@@ -526,15 +374,7 @@ async fn concurrent_reclaimers_never_settle_a_lease_twice() {
         assert_eq!(consumed + overage, used);
         assert_eq!(
             counters(&*one, &account_id).await,
-            (
-                10_000,
-                10_000 - consumed,
-                0,
-                consumed,
-                overage,
-                used,
-                LEASES_PER_ACCOUNT as u64 + 1
-            ),
+            (10_000, 10_000 - consumed, 0, consumed, overage, used, LEASES_PER_ACCOUNT as u64 + 1),
             "{account_id}, granted {granted}"
         );
     }
@@ -548,26 +388,14 @@ async fn concurrent_acquires_on_one_account_never_overdraw() {
     const ATTEMPTS: usize = 40;
     let db = TestDb::create().await;
     let second_pool = db.new_pool(8).await;
-    let one = Arc::new(
-        PostgresStore::on_test_db(db, policy(nanos(0)))
-            .await
-            .unwrap(),
-    );
-    let two = Arc::new(
-        PostgresStore::from_pool(second_pool, policy(nanos(0)))
-            .await
-            .unwrap(),
-    );
+    let one = Arc::new(PostgresStore::on_test_db(db, policy(nanos(0))).await.unwrap());
+    let two = Arc::new(PostgresStore::from_pool(second_pool, policy(nanos(0))).await.unwrap());
     funded(&*one, "acct", 100).await;
 
     let tasks: Vec<_> = (0..ATTEMPTS)
         .map(|i| {
             let store = if i % 2 == 0 { one.clone() } else { two.clone() };
-            tokio::spawn(async move {
-                store
-                    .acquire("acct", 7, nanos(60_000_000_000), ts(T0))
-                    .await
-            })
+            tokio::spawn(async move { store.acquire("acct", 7, nanos(60_000_000_000), ts(T0)).await })
         })
         .collect();
     let mut fences = BTreeSet::new();
@@ -575,10 +403,7 @@ async fn concurrent_acquires_on_one_account_never_overdraw() {
     for task in tasks {
         match task.await.unwrap() {
             Ok(lease) => assert!(fences.insert(lease.lease.fencing_token)),
-            Err(Error::InsufficientBalance {
-                requested: 7,
-                available,
-            }) => {
+            Err(Error::InsufficientBalance { requested: 7, available }) => {
                 assert!(available < 7, "refused with {available} available");
                 refused += 1;
             }
@@ -600,16 +425,8 @@ async fn mixed_concurrent_operations_neither_deadlock_nor_leak_units() {
     const LEASES_PER_ACCOUNT: usize = 12;
     let db = TestDb::create().await;
     let second_pool = db.new_pool(8).await;
-    let one = Arc::new(
-        PostgresStore::on_test_db(db, policy(nanos(0)))
-            .await
-            .unwrap(),
-    );
-    let two = Arc::new(
-        PostgresStore::from_pool(second_pool, policy(nanos(0)))
-            .await
-            .unwrap(),
-    );
+    let one = Arc::new(PostgresStore::on_test_db(db, policy(nanos(0))).await.unwrap());
+    let two = Arc::new(PostgresStore::from_pool(second_pool, policy(nanos(0))).await.unwrap());
 
     let mut leases = Vec::new();
     let mut creds = BTreeMap::new();
@@ -619,11 +436,7 @@ async fn mixed_concurrent_operations_neither_deadlock_nor_leak_units() {
         creds.insert(account_id.clone(), credential(&*one, &account_id).await);
         for i in 0..LEASES_PER_ACCOUNT {
             // Half expire at T0 + 500 (reclaimable at `late`), half live long.
-            let ttl = if i % 2 == 0 {
-                nanos(500)
-            } else {
-                nanos(60_000_000_000)
-            };
+            let ttl = if i % 2 == 0 { nanos(500) } else { nanos(60_000_000_000) };
             leases.push(one.acquire(&account_id, 10, ttl, ts(T0)).await.unwrap());
         }
     }
@@ -634,31 +447,13 @@ async fn mixed_concurrent_operations_neither_deadlock_nor_leak_units() {
         let lease = lease.clone();
         let cred = creds[&lease.lease.account_id].clone();
         tasks.push(tokio::spawn(async move {
-            let usage = event(
-                &format!("u-{i}"),
-                &lease.lease.account_id,
-                &cred,
-                3,
-                Some(&lease),
-            );
+            let usage = event(&format!("u-{i}"), &lease.lease.account_id, &cred, 3, Some(&lease));
             let ingest = store.ingest(vec![usage], late).await;
             assert!(ingest.is_ok(), "{ingest:?}");
             let settled = if i % 3 == 0 {
-                store
-                    .consolidate(
-                        &lease.lease.account_id,
-                        &[handle(&lease)],
-                        1,
-                        nanos(1_000),
-                        late,
-                    )
-                    .await
-                    .map(|_| ())
+                store.consolidate(&lease.lease.account_id, &[handle(&lease)], 1, nanos(1_000), late).await.map(|_| ())
             } else {
-                store
-                    .release(&lease.lease.lease_id, lease.capability.expose(), late)
-                    .await
-                    .map(|_| ())
+                store.release(&lease.lease.lease_id, lease.capability.expose(), late).await.map(|_| ())
             };
             match settled {
                 Ok(()) | Err(Error::LeaseExpired) | Err(Error::LeaseNotActive { .. }) => {}
@@ -669,10 +464,7 @@ async fn mixed_concurrent_operations_neither_deadlock_nor_leak_units() {
     for store in [one.clone(), two.clone()] {
         tasks.push(tokio::spawn(async move {
             for _ in 0..20 {
-                store
-                    .reclaim(late, 5)
-                    .await
-                    .expect("reclaim never deadlocks");
+                store.reclaim(late, 5).await.expect("reclaim never deadlocks");
             }
         }));
     }
@@ -680,13 +472,7 @@ async fn mixed_concurrent_operations_neither_deadlock_nor_leak_units() {
         task.await.unwrap();
     }
     // Drain whatever is left due, then every equation must hold.
-    while !one
-        .reclaim(ts(T0 + 10_000_000_000_000), 100)
-        .await
-        .unwrap()
-        .reclaimed
-        .is_empty()
-    {}
+    while !one.reclaim(ts(T0 + 10_000_000_000_000), 100).await.unwrap().reclaimed.is_empty() {}
     assert_conserved(&*one).await;
 }
 
@@ -704,18 +490,9 @@ async fn connect_refuses_a_database_from_a_newer_binary() {
     .execute(db.pool())
     .await
     .unwrap();
-    let error = PostgresStore::connect(db.url(), policy(nanos(0)))
-        .await
-        .err()
-        .expect("refused");
+    let error = PostgresStore::connect(db.url(), policy(nanos(0))).await.err().expect("refused");
     assert!(
-        matches!(
-            error,
-            ConnectError::Migration(MigrationError::UnknownVersion {
-                version: 18,
-                catalogue_latest: 17
-            })
-        ),
+        matches!(error, ConnectError::Migration(MigrationError::UnknownVersion { version: 18, catalogue_latest: 17 })),
         "{error:?}"
     );
     assert!(error.to_string().contains("migration 18"), "{error}");
@@ -729,58 +506,26 @@ async fn connect_refuses_a_database_from_a_newer_binary() {
 async fn a_restarted_store_sees_everything_committed() {
     let db = TestDb::create().await;
     let url = db.url().to_owned();
-    let first = PostgresStore::connect(&url, policy(nanos(7)))
-        .await
-        .unwrap();
-    assert_eq!(
-        first
-            .applied_migrations()
-            .iter()
-            .map(|m| m.version)
-            .collect::<Vec<_>>(),
-        (1..=17).collect::<Vec<_>>()
-    );
+    let first = PostgresStore::connect(&url, policy(nanos(7))).await.unwrap();
+    assert_eq!(first.applied_migrations().iter().map(|m| m.version).collect::<Vec<_>>(), (1..=17).collect::<Vec<_>>());
     funded(&first, "acct", 50).await;
     let cred = credential(&first, "acct").await;
-    let lease = first
-        .acquire("acct", 20, nanos(1_000), ts(T0))
-        .await
-        .unwrap();
-    outcomes(
-        first
-            .ingest(vec![event("r", "acct", &cred, 4, Some(&lease))], ts(T0))
-            .await,
-    );
+    let lease = first.acquire("acct", 20, nanos(1_000), ts(T0)).await.unwrap();
+    outcomes(first.ingest(vec![event("r", "acct", &cred, 4, Some(&lease))], ts(T0)).await);
     let before = counters(&first, "acct").await;
     first.pool().close().await;
     drop(first);
 
-    let second = PostgresStore::connect(&url, policy(nanos(7)))
-        .await
-        .unwrap();
+    let second = PostgresStore::connect(&url, policy(nanos(7))).await.unwrap();
     assert_eq!(second.applied_migrations(), &[]);
     second.pin_reclaim_grace(false).await.unwrap();
     assert_eq!(counters(&second, "acct").await, before);
     let stored = second.lease(&lease.lease.lease_id).await.unwrap();
-    assert_eq!(
-        stored,
-        tollgate_core::Lease {
-            used: 4,
-            ..lease.lease.clone()
-        }
-    );
-    let replay = second
-        .ingest(vec![event("r", "acct", &cred, 4, Some(&lease))], ts(T0))
-        .await;
+    assert_eq!(stored, tollgate_core::Lease { used: 4, ..lease.lease.clone() });
+    let replay = second.ingest(vec![event("r", "acct", &cred, 4, Some(&lease))], ts(T0)).await;
     assert_eq!(outcomes(replay), vec![("r".into(), Outcome::Duplicate)]);
-    let released = second
-        .release(&lease.lease.lease_id, lease.capability.expose(), ts(T0))
-        .await
-        .unwrap();
-    assert_eq!(
-        (released.settlement.charged, released.settlement.returned),
-        (4, 16)
-    );
+    let released = second.release(&lease.lease.lease_id, lease.capability.expose(), ts(T0)).await.unwrap();
+    assert_eq!((released.settlement.charged, released.settlement.returned), (4, 16));
     let status = second.status().await.unwrap();
     let migrations = status.migrations.expect("postgres has a schema");
     assert!(migrations.is_current(), "{migrations:?}");
@@ -801,22 +546,14 @@ async fn reclaim_grace_is_pinned_across_servers() {
     first.pin_reclaim_grace(false).await.unwrap();
     first.pin_reclaim_grace(false).await.unwrap();
 
-    let other = PostgresStore::connect(&url, policy(nanos(1_501)))
-        .await
-        .unwrap();
+    let other = PostgresStore::connect(&url, policy(nanos(1_501))).await.unwrap();
     assert_eq!(
         other.pin_reclaim_grace(false).await.unwrap_err(),
-        Error::ReclaimGraceMismatch {
-            recorded: grace.to_string(),
-            configured: nanos(1_501).to_string()
-        }
+        Error::ReclaimGraceMismatch { recorded: grace.to_string(), configured: nanos(1_501).to_string() }
     );
     other.pin_reclaim_grace(true).await.unwrap();
     other.pin_reclaim_grace(false).await.unwrap();
-    assert!(matches!(
-        first.pin_reclaim_grace(false).await,
-        Err(Error::ReclaimGraceMismatch { .. })
-    ));
+    assert!(matches!(first.pin_reclaim_grace(false).await, Err(Error::ReclaimGraceMismatch { .. })));
     for store in [first, other] {
         store.pool().close().await;
     }
@@ -832,30 +569,13 @@ async fn identifiers_postgres_cannot_store_are_not_found() {
     let cred = credential(&s, "acct").await;
     assert_eq!(s.account("a\0b").await.unwrap_err(), Error::AccountNotFound);
     assert_eq!(s.lease("l\0").await.unwrap_err(), Error::LeaseNotFound);
-    assert_eq!(
-        s.release("l\0", "cap", ts(T0)).await.unwrap_err(),
-        Error::LeaseNotFound
-    );
-    assert_eq!(
-        s.acquire("a\0", 1, nanos(1), ts(T0)).await.unwrap_err(),
-        Error::AccountNotFound
-    );
-    assert_eq!(
-        s.issue_credential("acct", "bad\0label", ts(T0))
-            .await
-            .unwrap_err(),
-        Error::InvalidLabel
-    );
-    let batch = vec![
-        event("x", "a\0", &cred, 1, None),
-        event("y", "acct", &cred, 1, None),
-    ];
+    assert_eq!(s.release("l\0", "cap", ts(T0)).await.unwrap_err(), Error::LeaseNotFound);
+    assert_eq!(s.acquire("a\0", 1, nanos(1), ts(T0)).await.unwrap_err(), Error::AccountNotFound);
+    assert_eq!(s.issue_credential("acct", "bad\0label", ts(T0)).await.unwrap_err(), Error::InvalidLabel);
+    let batch = vec![event("x", "a\0", &cred, 1, None), event("y", "acct", &cred, 1, None)];
     assert_eq!(
         outcomes(s.ingest(batch, ts(T0)).await),
-        vec![
-            ("x".into(), Outcome::Rejected(RejectReason::UnknownAccount)),
-            ("y".into(), Outcome::Accepted)
-        ]
+        vec![("x".into(), Outcome::Rejected(RejectReason::UnknownAccount)), ("y".into(), Outcome::Accepted)]
     );
     assert_conserved(&s).await;
 }
@@ -879,10 +599,9 @@ async fn legacy_leases_drain_through_release_and_reclaim_after_0017() {
     .execute(db.pool())
     .await
     .unwrap();
-    for (lease_id, fence, expires_at_us) in [
-        ("old-1", 1_i64, 1_700_000_000_000_000_i64),
-        ("old-2", 2, 1_700_000_000_000_000),
-    ] {
+    for (lease_id, fence, expires_at_us) in
+        [("old-1", 1_i64, 1_700_000_000_000_000_i64), ("old-2", 2, 1_700_000_000_000_000)]
+    {
         sqlx::query(
             "INSERT INTO tollgate_leases (lease_id, account_id, fencing_token, capability_hash, \
              granted, used, state, expires_at_us) VALUES ($1, 'acct', $2, $3, 10, 0, 'active', $4)",
@@ -895,42 +614,19 @@ async fn legacy_leases_drain_through_release_and_reclaim_after_0017() {
         .await
         .unwrap();
     }
-    let s = PostgresStore::on_test_db(db, policy(nanos(0)))
-        .await
-        .unwrap();
-    assert_eq!(
-        s.applied_migrations()
-            .iter()
-            .map(|m| m.version)
-            .collect::<Vec<_>>(),
-        vec![17]
-    );
+    let s = PostgresStore::on_test_db(db, policy(nanos(0))).await.unwrap();
+    assert_eq!(s.applied_migrations().iter().map(|m| m.version).collect::<Vec<_>>(), vec![17]);
 
     // The recorded upper bound is the stored µs + 999 ns.
     let bound = 1_700_000_000_000_000_999_i128;
     let old_1 = s.lease("old-1").await.unwrap();
-    assert_eq!(
-        (old_1.expiry, old_1.expiry_is_upper_bound),
-        (ts(bound), true)
-    );
+    assert_eq!((old_1.expiry, old_1.expiry_is_upper_bound), (ts(bound), true));
     let released = s.release("old-1", capability, ts(bound - 1)).await.unwrap();
     assert_eq!(released.settlement.returned, 10);
 
-    assert!(
-        s.reclaim(ts(bound - 1), 10)
-            .await
-            .unwrap()
-            .reclaimed
-            .is_empty()
-    );
+    assert!(s.reclaim(ts(bound - 1), 10).await.unwrap().reclaimed.is_empty());
     let reclaimed = s.reclaim(ts(bound), 10).await.unwrap().reclaimed;
-    assert_eq!(
-        reclaimed
-            .iter()
-            .map(|r| r.lease_id.as_str())
-            .collect::<Vec<_>>(),
-        vec!["old-2"]
-    );
+    assert_eq!(reclaimed.iter().map(|r| r.lease_id.as_str()).collect::<Vec<_>>(), vec!["old-2"]);
 
     // A new grant is exact; the legacy marker stays on settled history.
     let fresh = s.acquire("acct", 5, nanos(1), ts(T0)).await.unwrap();
@@ -940,21 +636,9 @@ async fn legacy_leases_drain_through_release_and_reclaim_after_0017() {
     assert_eq!(
         report.legacy_bounds,
         vec![
-            LegacyBoundCount {
-                state: LeaseState::Active,
-                expiry_is_upper_bound: false,
-                count: 1
-            },
-            LegacyBoundCount {
-                state: LeaseState::Released,
-                expiry_is_upper_bound: true,
-                count: 1
-            },
-            LegacyBoundCount {
-                state: LeaseState::Reclaimed,
-                expiry_is_upper_bound: true,
-                count: 1
-            },
+            LegacyBoundCount { state: LeaseState::Active, expiry_is_upper_bound: false, count: 1 },
+            LegacyBoundCount { state: LeaseState::Released, expiry_is_upper_bound: true, count: 1 },
+            LegacyBoundCount { state: LeaseState::Reclaimed, expiry_is_upper_bound: true, count: 1 },
         ]
     );
 }

@@ -1,4 +1,4 @@
-//! `docs/walkthrough.md` cannot rot: its ```sh blocks run here, in order, in
+//! The README's walkthrough cannot rot: its ```sh blocks run here, in order, in
 //! one bash process, against the real binary.
 
 use std::path::PathBuf;
@@ -62,7 +62,7 @@ fn free_port() -> u16 {
 #[tokio::test]
 async fn the_walkthrough_runs_as_written() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let markdown = std::fs::read_to_string(root.join("docs/walkthrough.md")).expect("docs/walkthrough.md exists");
+    let markdown = std::fs::read_to_string(root.join("README.md")).expect("README.md exists");
     let blocks = shell_blocks(&markdown);
     assert!(blocks.len() >= 8, "the walkthrough has its steps: {blocks:?}");
     // However the script ends, its background server is stopped: on exit (a
