@@ -4,6 +4,12 @@
 //! it needs by reading the maps, calls the core, and writes back what the core
 //! decided before releasing the lock, so each operation is atomic and operations
 //! are serialisable. The unit domain is the whole `u64` range.
+//!
+//! Leases are kept compact, because a store holds one record for every lease it
+//! ever granted: the id is kept as the 128-bit number its hex digits spell, the
+//! account as an index into an interning table, and a full `Lease` is rebuilt
+//! only when an operation needs one. Loading is the only thing that changes; the
+//! core still decides everything.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
@@ -27,14 +33,46 @@ use crate::{Store, UsageSink};
 
 const DOMAIN: UnitDomain = UnitDomain::U64;
 
+/// The prefix of every lease id `new_lease_id` makes; 32 lowercase hex digits
+/// follow it.
+const LEASE_ID_PREFIX: &str = "lse_";
+const LEASE_ID_HEX_DIGITS: usize = 32;
+
 pub struct MemoryStore {
     policy: GrantPolicy,
     state: Mutex<State>,
 }
 
+/// A lease id as stored: the number its hex digits spell. Fixed-width
+/// lowercase hex orders like the number, so ordering by key is ordering by id.
+type LeaseKey = u128;
+
+/// The key of a lease id this store could have issued, or `None` for any
+/// other string, which therefore names no lease.
+fn lease_key(lease_id: &str) -> Option<LeaseKey> {
+    let digits = lease_id.strip_prefix(LEASE_ID_PREFIX)?;
+    let lowercase_hex = |b: &u8| b.is_ascii_digit() || (b'a'..=b'f').contains(b);
+    if digits.len() != LEASE_ID_HEX_DIGITS || !digits.as_bytes().iter().all(lowercase_hex) {
+        return None;
+    }
+    LeaseKey::from_str_radix(digits, 16).ok()
+}
+
+fn lease_id_of(key: LeaseKey) -> String {
+    format!("{LEASE_ID_PREFIX}{key:032x}")
+}
+
+/// Everything a `Lease` holds except its id (the map key) and its account's id
+/// (an index into `State::account_ids`).
 struct LeaseRecord {
-    lease: Lease,
     capability: SecretHash,
+    fencing_token: u64,
+    granted: u64,
+    used: u64,
+    expiry: Timestamp,
+    account: u32,
+    state: LeaseState,
+    expiry_is_upper_bound: bool,
 }
 
 struct CredentialRecord {
@@ -46,10 +84,13 @@ struct CredentialRecord {
 struct State {
     /// Ordered by id, which is the lock order reclaim reports in.
     accounts: BTreeMap<String, Account>,
+    /// Every account id once, so that lease records name their account by index.
+    account_ids: Vec<String>,
+    account_index: HashMap<String, u32>,
     credits: HashMap<(String, String), u64>,
-    leases: HashMap<String, LeaseRecord>,
+    leases: HashMap<LeaseKey, LeaseRecord>,
     /// Active leases by `(expiry, lease_id)`, the order reclaim picks due ones in.
-    active_by_expiry: BTreeSet<(Timestamp, String)>,
+    active_by_expiry: BTreeSet<(Timestamp, LeaseKey)>,
     active_per_account: HashMap<String, u64>,
     /// Accepted request IDs per account, kept forever.
     recorded: HashMap<String, HashSet<String>>,
@@ -80,30 +121,80 @@ impl State {
         Ok(AccountView { account, active_leases })
     }
 
+    fn insert_account(&mut self, account_id: &str) {
+        let index = u32::try_from(self.account_ids.len()).expect("fewer than 2^32 accounts in memory");
+        self.account_ids.push(account_id.to_owned());
+        self.account_index.insert(account_id.to_owned(), index);
+        self.accounts.insert(account_id.to_owned(), Account::new(account_id.to_owned()));
+    }
+
+    fn lease_of(&self, key: LeaseKey, record: &LeaseRecord) -> Lease {
+        Lease {
+            lease_id: lease_id_of(key),
+            account_id: self.account_ids[record.account as usize].clone(),
+            fencing_token: record.fencing_token,
+            granted: record.granted,
+            used: record.used,
+            state: record.state,
+            expiry: record.expiry,
+            expiry_is_upper_bound: record.expiry_is_upper_bound,
+        }
+    }
+
+    fn load_lease(&self, lease_id: &str) -> Option<Lease> {
+        let key = lease_key(lease_id)?;
+        self.leases.get(&key).map(|record| self.lease_of(key, record))
+    }
+
     /// The lease, after checking the caller's capability against its hash.
     fn held_lease(&self, lease_id: &str, capability: &str) -> Result<Lease, Error> {
-        let record = self.leases.get(lease_id).ok_or(Error::LeaseNotFound)?;
+        let key = lease_key(lease_id).ok_or(Error::LeaseNotFound)?;
+        let record = self.leases.get(&key).ok_or(Error::LeaseNotFound)?;
         if !record.capability.matches(capability) {
             return Err(Error::CapabilityMismatch);
         }
-        Ok(record.lease.clone())
+        Ok(self.lease_of(key, record))
+    }
+
+    /// Writes what the core decided about a stored lease into its record.
+    fn write_lease(&mut self, lease: &Lease) {
+        if let Some(record) = lease_key(&lease.lease_id).and_then(|key| self.leases.get_mut(&key)) {
+            record.fencing_token = lease.fencing_token;
+            record.granted = lease.granted;
+            record.used = lease.used;
+            record.state = lease.state;
+            record.expiry = lease.expiry;
+            record.expiry_is_upper_bound = lease.expiry_is_upper_bound;
+        }
     }
 
     fn insert_lease(&mut self, lease: Lease, capability: SecretHash) {
-        self.active_by_expiry.insert((lease.expiry, lease.lease_id.clone()));
+        let key = lease_key(&lease.lease_id).expect("lease ids come from new_lease_id");
+        let account = *self.account_index.get(&lease.account_id).expect("leases are granted on stored accounts");
+        self.active_by_expiry.insert((lease.expiry, key));
         *self.active_per_account.entry(lease.account_id.clone()).or_default() += 1;
-        self.leases.insert(lease.lease_id.clone(), LeaseRecord { lease, capability });
+        let record = LeaseRecord {
+            capability,
+            fencing_token: lease.fencing_token,
+            granted: lease.granted,
+            used: lease.used,
+            expiry: lease.expiry,
+            account,
+            state: lease.state,
+            expiry_is_upper_bound: lease.expiry_is_upper_bound,
+        };
+        self.leases.insert(key, record);
     }
 
     /// Stores a lease the core settled, taking it out of the active indexes.
     fn store_settled(&mut self, lease: Lease) {
-        self.active_by_expiry.remove(&(lease.expiry, lease.lease_id.clone()));
+        if let Some(key) = lease_key(&lease.lease_id) {
+            self.active_by_expiry.remove(&(lease.expiry, key));
+        }
         if let Some(count) = self.active_per_account.get_mut(&lease.account_id) {
             *count = count.saturating_sub(1);
         }
-        if let Some(record) = self.leases.get_mut(&lease.lease_id) {
-            record.lease = lease;
-        }
+        self.write_lease(&lease);
     }
 
     fn grant_lease(&mut self, account_id: &str, grant: ledger::Grant) -> IssuedLease {
@@ -114,21 +205,42 @@ impl State {
     }
 }
 
-impl UsageView for State {
+/// What classification of one batch reads: the store's state, plus the full
+/// `Lease` of every lease the batch names, rebuilt once from its record.
+struct BatchView<'a> {
+    state: &'a State,
+    leases: HashMap<&'a str, Lease>,
+}
+
+impl<'a> BatchView<'a> {
+    fn new(state: &'a State, batch: &'a [UsageEvent]) -> Self {
+        let mut leases = HashMap::new();
+        for lease_id in batch.iter().filter_map(|event| event.lease_id.as_deref()) {
+            if !leases.contains_key(lease_id)
+                && let Some(lease) = state.load_lease(lease_id)
+            {
+                leases.insert(lease_id, lease);
+            }
+        }
+        Self { state, leases }
+    }
+}
+
+impl UsageView for BatchView<'_> {
     fn is_recorded(&self, account_id: &str, request_id: &str) -> bool {
-        self.recorded.get(account_id).is_some_and(|ids| ids.contains(request_id))
+        self.state.recorded.get(account_id).is_some_and(|ids| ids.contains(request_id))
     }
 
     fn account(&self, account_id: &str) -> Option<&Account> {
-        self.accounts.get(account_id)
+        self.state.accounts.get(account_id)
     }
 
     fn lease(&self, lease_id: &str) -> Option<&Lease> {
-        self.leases.get(lease_id).map(|record| &record.lease)
+        self.leases.get(lease_id)
     }
 
     fn credential(&self, credential_id: &str) -> Option<&Credential> {
-        self.credentials.get(credential_id).map(|record| &record.credential)
+        self.state.credentials.get(credential_id).map(|record| &record.credential)
     }
 }
 
@@ -136,7 +248,7 @@ impl UsageView for State {
 impl UsageSink for MemoryStore {
     async fn ingest(&self, batch: Vec<UsageEvent>, now: Timestamp) -> Result<Vec<EventOutcome>, IngestError> {
         let mut state = self.lock();
-        let plan = usage::classify(&batch, now, &self.policy, DOMAIN, &*state)?;
+        let plan = usage::classify(&batch, now, &self.policy, DOMAIN, &BatchView::new(&state, &batch))?;
         for index in plan.accepted {
             let event = &batch[index];
             state.recorded.entry(event.account_id.clone()).or_default().insert(event.request_id.clone());
@@ -144,10 +256,8 @@ impl UsageSink for MemoryStore {
         for (account_id, account) in plan.accounts {
             state.accounts.insert(account_id, account);
         }
-        for (lease_id, lease) in plan.leases {
-            if let Some(record) = state.leases.get_mut(&lease_id) {
-                record.lease = lease;
-            }
+        for lease in plan.leases.values() {
+            state.write_lease(lease);
         }
         for (credential_id, credential) in plan.credentials {
             if let Some(record) = state.credentials.get_mut(&credential_id) {
@@ -157,7 +267,6 @@ impl UsageSink for MemoryStore {
         Ok(plan.outcomes)
     }
 }
-
 #[async_trait]
 impl Store for MemoryStore {
     fn policy(&self) -> &GrantPolicy {
@@ -174,7 +283,7 @@ impl Store for MemoryStore {
         if state.accounts.contains_key(account_id) {
             return Err(Error::AccountExists);
         }
-        state.accounts.insert(account_id.to_owned(), Account::new(account_id.to_owned()));
+        state.insert_account(account_id);
         state.view(account_id)
     }
 
@@ -255,7 +364,7 @@ impl Store for MemoryStore {
             .iter()
             .take_while(|(expiry, _)| *expiry <= cutoff)
             .take(limit as usize)
-            .filter_map(|(_, lease_id)| state.leases.get(lease_id).map(|record| record.lease.clone()))
+            .filter_map(|&(_, key)| state.leases.get(&key).map(|record| state.lease_of(key, record)))
             .collect();
         due.sort_by(|a, b| (&a.account_id, &a.lease_id).cmp(&(&b.account_id, &b.lease_id)));
         let mut reclaimed = Vec::with_capacity(due.len());
@@ -334,7 +443,7 @@ impl Store for MemoryStore {
 
     async fn lease(&self, lease_id: &str) -> Result<Lease, Error> {
         let state = self.lock();
-        state.leases.get(lease_id).map(|record| record.lease.clone()).ok_or(Error::LeaseNotFound)
+        state.load_lease(lease_id).ok_or(Error::LeaseNotFound)
     }
 
     async fn credential(&self, credential_id: &str) -> Result<Credential, Error> {
@@ -344,10 +453,10 @@ impl Store for MemoryStore {
 
     async fn check(&self) -> Result<CheckReport, Error> {
         let state = self.lock();
+        let leases: Vec<Lease> = state.leases.iter().map(|(&key, record)| state.lease_of(key, record)).collect();
         let mut leases_by_account: HashMap<&str, Vec<&Lease>> = HashMap::new();
         let mut bounds: BTreeMap<(LeaseState, bool), u64> = BTreeMap::new();
-        for record in state.leases.values() {
-            let lease = &record.lease;
+        for lease in &leases {
             leases_by_account.entry(lease.account_id.as_str()).or_default().push(lease);
             *bounds.entry((lease.state, lease.expiry_is_upper_bound)).or_default() += 1;
         }

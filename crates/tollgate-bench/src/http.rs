@@ -1,0 +1,189 @@
+//! The HTTP pair: a load generator that runs the acquire + release cycle over
+//! HTTP/1.1 keep-alive connections, and the baseline server it is also pointed
+//! at, which parses the same JSON and answers with constants. Loopback only.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use axum::Json;
+use axum::extract::Path;
+use axum::http::StatusCode;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::IntoResponse;
+use axum::routing::post;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::Request;
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use serde::Deserialize;
+use tokio::net::{TcpListener, TcpStream};
+use tollgate_api::{AcquireRequest, ReleaseRequest};
+
+const LEASE_BODY: &str = concat!(
+    r#"{"lease_id":"lse_00000000000000000000000000000000","account_id":"http-0","fencing_token":1,"#,
+    r#""capability":"tgc_0000000000000000000000000000000000000000000000000000000000000000","#,
+    r#""granted":1,"used":0,"state":"active","expires_at":"2027-01-01T00:00:00Z","expiry_is_upper_bound":false}"#
+);
+
+const RELEASE_BODY: &str = concat!(
+    r#"{"lease":{"lease_id":"lse_00000000000000000000000000000000","account_id":"http-0","fencing_token":1,"#,
+    r#""granted":1,"used":0,"state":"released","expires_at":"2027-01-01T00:00:00Z","expiry_is_upper_bound":false},"#,
+    r#""charged":0,"returned":1,"excess":0}"#
+);
+
+/// Serves the two routes of the cycle with constant bodies after parsing the
+/// request JSON into the same wire types Tollgate uses. Prints the bound
+/// address as `tollgate serve` does.
+pub async fn baseline_server(listen: SocketAddr) -> anyhow::Result<()> {
+    async fn acquire(Path(_account_id): Path<String>, Json(request): Json<AcquireRequest>) -> impl IntoResponse {
+        std::hint::black_box(request);
+        (StatusCode::CREATED, [(CONTENT_TYPE, "application/json")], LEASE_BODY)
+    }
+    async fn release(Path(_lease_id): Path<String>, Json(request): Json<ReleaseRequest>) -> impl IntoResponse {
+        std::hint::black_box(request);
+        ([(CONTENT_TYPE, "application/json")], RELEASE_BODY)
+    }
+    let router = axum::Router::new()
+        .route("/v1/accounts/{account_id}/leases", post(acquire))
+        .route("/v1/leases/{lease_id}/release", post(release));
+    let listener = TcpListener::bind(listen).await?;
+    println!("listening on http://{}", listener.local_addr()?);
+    axum::serve(listener, router).await?;
+    Ok(())
+}
+
+/// Load generator settings.
+pub struct LoadConfig {
+    pub address: SocketAddr,
+    pub connections: usize,
+    pub duration: Duration,
+    pub gateway_token: String,
+    /// When set, accounts `http-0 … http-N` are created and credited first
+    /// through the admin routes (an existing account is fine).
+    pub admin_token: Option<String>,
+}
+
+pub struct LoadReport {
+    pub requests_per_second: f64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub requests: u64,
+}
+
+#[derive(Deserialize)]
+struct Lease {
+    lease_id: String,
+    capability: Option<String>,
+}
+
+type Sender = http1::SendRequest<Full<Bytes>>;
+
+async fn open(address: SocketAddr) -> anyhow::Result<Sender> {
+    if !address.ip().is_loopback() {
+        bail!("the load generator only targets loopback addresses, not {address}");
+    }
+    let stream = TcpStream::connect(address).await.with_context(|| format!("connecting to {address}"))?;
+    stream.set_nodelay(true)?;
+    let (sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(connection);
+    Ok(sender)
+}
+
+async fn post_json(sender: &mut Sender, token: &str, path: &str, body: String) -> anyhow::Result<(u16, Bytes)> {
+    sender.ready().await?;
+    let request = Request::post(path)
+        .header("host", "127.0.0.1")
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))?;
+    let response = sender.send_request(request).await?;
+    let status = response.status().as_u16();
+    let body = response.into_body().collect().await?.to_bytes();
+    Ok((status, body))
+}
+
+async fn create_accounts(config: &LoadConfig, admin_token: &str) -> anyhow::Result<()> {
+    let mut sender = open(config.address).await?;
+    for index in 0..config.connections {
+        let account = format!("http-{index}");
+        let (status, body) =
+            post_json(&mut sender, admin_token, "/v1/accounts", format!(r#"{{"account_id":"{account}"}}"#)).await?;
+        if status != 201 && status != 409 {
+            bail!("creating {account}: {status} {}", String::from_utf8_lossy(&body));
+        }
+        let path = format!("/v1/accounts/{account}/credits");
+        let (status, body) =
+            post_json(&mut sender, admin_token, &path, r#"{"credit_id":"bench","units":1000000000000}"#.to_owned())
+                .await?;
+        if status != 201 && status != 200 {
+            bail!("crediting {account}: {status} {}", String::from_utf8_lossy(&body));
+        }
+    }
+    Ok(())
+}
+
+/// Runs acquire + release cycles on every connection until the duration is up.
+/// Every request counts, and each request's latency is recorded.
+pub async fn load(config: LoadConfig) -> anyhow::Result<LoadReport> {
+    if let Some(admin_token) = &config.admin_token {
+        create_accounts(&config, admin_token).await?;
+    }
+    let start = Instant::now();
+    let deadline = start + config.duration;
+    let mut workers = Vec::new();
+    for index in 0..config.connections {
+        let mut sender = open(config.address).await?;
+        let token = config.gateway_token.clone();
+        let acquire_body = acquire_request_body()?;
+        workers.push(tokio::spawn(async move {
+            // Bounded by the duration: at most one entry per request sent.
+            let mut latencies_us: Vec<u32> = Vec::with_capacity(1 << 16);
+            let acquire_path = format!("/v1/accounts/http-{index}/leases");
+            while Instant::now() < deadline {
+                let sent = Instant::now();
+                let (status, body) = post_json(&mut sender, &token, &acquire_path, acquire_body.clone()).await?;
+                latencies_us.push(sent.elapsed().as_micros() as u32);
+                if status != 201 {
+                    bail!("acquire: {status} {}", String::from_utf8_lossy(&body));
+                }
+                let lease: Lease = serde_json::from_slice(&body)?;
+                let capability = lease.capability.context("an acquire response carries the capability")?;
+                let release = serde_json::to_string(&ReleaseRequest { capability })?;
+                let sent = Instant::now();
+                let path = format!("/v1/leases/{}/release", lease.lease_id);
+                let (status, body) = post_json(&mut sender, &token, &path, release).await?;
+                latencies_us.push(sent.elapsed().as_micros() as u32);
+                if status != 200 {
+                    bail!("release: {status} {}", String::from_utf8_lossy(&body));
+                }
+            }
+            anyhow::Ok(latencies_us)
+        }));
+    }
+    let mut latencies_us = Vec::new();
+    for worker in workers {
+        latencies_us.extend(worker.await??);
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    latencies_us.sort_unstable();
+    let quantile = |q: f64| -> u64 {
+        if latencies_us.is_empty() {
+            return 0;
+        }
+        let index = ((latencies_us.len() - 1) as f64 * q).round() as usize;
+        u64::from(latencies_us[index])
+    };
+    Ok(LoadReport {
+        requests_per_second: latencies_us.len() as f64 / elapsed,
+        p50_us: quantile(0.50),
+        p99_us: quantile(0.99),
+        requests: latencies_us.len() as u64,
+    })
+}
+
+/// The acquire request, serialised from the wire type the baseline parses.
+fn acquire_request_body() -> anyhow::Result<String> {
+    Ok(serde_json::to_string(&AcquireRequest { units: 1, ttl: jiff::SignedDuration::from_secs(60) })?)
+}

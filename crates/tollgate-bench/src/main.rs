@@ -1,0 +1,128 @@
+//! `tollgate-bench`: the drivers `bench/run` calls, one measurement per
+//! invocation, and the operator's gateway workload.
+//!
+//! Every measuring subcommand prints one line: the rate, the round trips per
+//! operation, and the p50 and p99 latencies in microseconds, each `-` when
+//! not measured.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use tollgate_bench::pg::ReclaimSide;
+use tollgate_bench::{gateway, http, pg, report};
+
+#[derive(Parser)]
+#[command(name = "tollgate-bench", about = "Tollgate benchmark drivers")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Creates the 1000 benchmark accounts in an empty, migrated database.
+    PgSetup {
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+        database_url: String,
+    },
+    /// PostgresStore acquire + release on concurrent tasks; cycles per second.
+    PgLease {
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+        database_url: String,
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        #[arg(long, default_value_t = 8)]
+        tasks: u32,
+    },
+    /// PostgresStore::ingest of 1000-event batches; events per second.
+    PgIngest {
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+        database_url: String,
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Differs between invocations, so request IDs never collide by accident.
+        #[arg(long)]
+        run_tag: String,
+    },
+    /// Seeds 100 000 due leases and settles them; leases per second.
+    PgReclaim {
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+        database_url: String,
+        #[arg(long, value_enum)]
+        side: ReclaimSide,
+        #[arg(long, default_value_t = 1_000)]
+        batch: u32,
+        #[arg(long)]
+        seed_sql: PathBuf,
+        #[arg(long)]
+        baseline_sql: PathBuf,
+    },
+    /// The HTTP baseline: parses the cycle's JSON and answers constants.
+    BaselineServer {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+    },
+    /// Acquire + release over HTTP/1.1 keep-alive; requests per second.
+    HttpLoad {
+        /// A loopback address such as 127.0.0.1:8080.
+        #[arg(long)]
+        address: SocketAddr,
+        #[arg(long, default_value_t = 64)]
+        connections: usize,
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        #[arg(long, env = "TOLLGATE_GATEWAY_TOKEN", hide_env_values = true)]
+        gateway_token: String,
+        /// Creates and credits the accounts first when given.
+        #[arg(long)]
+        admin_token: Option<String>,
+    },
+    /// Drives a realistic gateway workload against a running server.
+    Gateway(gateway::GatewayArgs),
+    /// Turns a criterion estimates.json into a rate: `per_iteration` operations
+    /// per timed iteration divided by the median time of one iteration.
+    CriterionRate {
+        #[arg(long)]
+        estimates: PathBuf,
+        #[arg(long, default_value_t = 1.0)]
+        per_iteration: f64,
+    },
+    /// Writes bench/RESULTS.md from the rounds `bench/run` recorded.
+    Report(report::ReportArgs),
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::PgSetup { database_url } => pg::setup(&database_url).await?,
+        Command::PgLease { database_url, seconds, tasks } => {
+            println!("{}", pg::lease_cycle(&database_url, seconds, tasks).await?.line());
+        }
+        Command::PgIngest { database_url, seconds, run_tag } => {
+            println!("{}", pg::ingest(&database_url, seconds, &run_tag).await?.line());
+        }
+        Command::PgReclaim { database_url, side, batch, seed_sql, baseline_sql } => {
+            println!("{}", pg::reclaim(&database_url, side, batch, &seed_sql, &baseline_sql).await?.line());
+        }
+        Command::BaselineServer { listen } => http::baseline_server(listen).await?,
+        Command::HttpLoad { address, connections, seconds, gateway_token, admin_token } => {
+            let config = http::LoadConfig {
+                address,
+                connections,
+                duration: Duration::from_secs_f64(seconds),
+                gateway_token,
+                admin_token,
+            };
+            let report = http::load(config).await?;
+            println!("{:.3} - {} {}", report.requests_per_second, report.p50_us, report.p99_us);
+        }
+        Command::Gateway(args) => gateway::run(args).await?,
+        Command::CriterionRate { estimates, per_iteration } => {
+            println!("{:.3} - - -", report::criterion_rate(&estimates, per_iteration)?);
+        }
+        Command::Report(args) => report::write(args)?,
+    }
+    Ok(())
+}

@@ -1,0 +1,208 @@
+//! The PostgreSQL drivers: the Tollgate side of each PostgreSQL pair. The
+//! baselines are `pgbench` scripts and SQL files in `bench/sql`, run against
+//! the same database by `bench/run`.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use jiff::Timestamp;
+use tollgate_pg::{PgStoreConfig, PostgresStore};
+use tollgate_store::{Store, UsageSink};
+
+use crate::roundtrips;
+use crate::workload::{ACCOUNTS, BatchMaker, CREDIT_UNITS, Funding, account_id, policy, ttl};
+
+/// Operations run one at a time, before timing, to count statements.
+const COUNTED_OPERATIONS: u64 = 20;
+
+/// One measurement: a rate, and the statements (round trips) per operation.
+pub struct Measurement {
+    pub per_second: f64,
+    pub round_trips: Option<f64>,
+}
+
+impl Measurement {
+    /// The line `bench/run` reads: the rate, round trips per operation, and the
+    /// p50 and p99 latencies in microseconds, each `-` when not measured.
+    pub fn line(&self) -> String {
+        match self.round_trips {
+            Some(round_trips) => format!("{:.3} {round_trips:.2} - -", self.per_second),
+            None => format!("{:.3} - - -", self.per_second),
+        }
+    }
+}
+
+pub async fn connect(url: &str, connections_max: u32) -> anyhow::Result<PostgresStore> {
+    let config = PgStoreConfig { connections_max, ..PgStoreConfig::default() };
+    PostgresStore::connect_with(url, policy(), config).await.context("connecting the PostgreSQL store")
+}
+
+/// Creates the benchmark accounts, each credited, with one credential and one
+/// long funding lease, which is therefore the account's fencing token 1: the
+/// ingestion baseline finds it by that token.
+pub async fn setup(url: &str) -> anyhow::Result<()> {
+    let store = connect(url, 8).await?;
+    for index in 0..ACCOUNTS {
+        let account = account_id(index);
+        store.create_account(&account).await?;
+        store.credit(&account, "bench-credit", CREDIT_UNITS).await?;
+        store.issue_credential(&account, "bench", Timestamp::now()).await?;
+        let funding = store.acquire(&account, CREDIT_UNITS / 2, policy().max_ttl(), Timestamp::now()).await?;
+        if funding.lease.fencing_token != 1 {
+            bail!("account {account} existed before setup; start from an empty database");
+        }
+    }
+    Ok(())
+}
+
+/// Acquire and release in a loop on `tasks` concurrent tasks, each cycle on a
+/// random account. The rate is cycles per second.
+pub async fn lease_cycle(url: &str, seconds: f64, tasks: u32) -> anyhow::Result<Measurement> {
+    let store = Arc::new(connect(url, tasks).await?);
+    let cycle = |store: Arc<PostgresStore>| async move {
+        let account = account_id(rand::random_range(0..ACCOUNTS));
+        let issued = store.acquire(&account, 1, ttl(), Timestamp::now()).await?;
+        store.release(&issued.lease.lease_id, issued.capability.expose(), Timestamp::now()).await?;
+        anyhow::Ok(())
+    };
+    let counting = roundtrips::start();
+    for _ in 0..COUNTED_OPERATIONS {
+        cycle(store.clone()).await?;
+    }
+    let round_trips = counting.finish() as f64 / COUNTED_OPERATIONS as f64;
+
+    let cycles = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let start = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..tasks {
+        let (store, cycles) = (store.clone(), cycles.clone());
+        workers.push(tokio::spawn(async move {
+            while Instant::now() < deadline {
+                cycle(store.clone()).await?;
+                cycles.fetch_add(1, Ordering::Relaxed);
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for worker in workers {
+        worker.await??;
+    }
+    let per_second = cycles.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64();
+    Ok(Measurement { per_second, round_trips: Some(round_trips) })
+}
+
+/// The funding leases and credentials `setup` made.
+async fn fundings(store: &PostgresStore) -> anyhow::Result<Vec<Funding>> {
+    let rows: Vec<(String, String, i64, String)> = sqlx::query_as(
+        "SELECT l.account_id, l.lease_id, l.fencing_token, c.credential_id \
+         FROM tollgate_leases AS l JOIN tollgate_credentials AS c ON c.account_id = l.account_id \
+         WHERE l.state = 'active' AND l.fencing_token = 1 ORDER BY l.account_id",
+    )
+    .fetch_all(store.pool())
+    .await?;
+    if rows.len() < ACCOUNTS {
+        bail!("found {} funded accounts, expected {ACCOUNTS}; run pg-setup first", rows.len());
+    }
+    Ok(rows
+        .into_iter()
+        .map(|(account_id, lease_id, fencing_token, credential_id)| Funding {
+            account_id,
+            credential_id,
+            lease_id,
+            fencing_token: fencing_token as u64,
+        })
+        .collect())
+}
+
+/// Ingests batches of 1000 events, one batch at a time. The rate is events per
+/// second. `run_tag` must differ between invocations on one database, so that
+/// only the intended 1% are duplicates.
+pub async fn ingest(url: &str, seconds: f64, run_tag: &str) -> anyhow::Result<Measurement> {
+    let store = connect(url, 2).await?;
+    let mut batches = BatchMaker::new(fundings(&store).await?, run_tag);
+
+    let counting = roundtrips::start();
+    store.ingest(batches.next_batch(), Timestamp::now()).await?;
+    let round_trips = counting.finish() as f64;
+
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let start = Instant::now();
+    let mut events = 0u64;
+    while Instant::now() < deadline {
+        let batch = batches.next_batch();
+        events += batch.len() as u64;
+        store.ingest(batch, Timestamp::now()).await?;
+    }
+    let per_second = events as f64 / start.elapsed().as_secs_f64();
+    Ok(Measurement { per_second, round_trips: Some(round_trips) })
+}
+
+/// Which side of the reclaim pair to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReclaimSide {
+    Tollgate,
+    Baseline,
+}
+
+/// Seeds 100 000 due leases with `seed_sql`, then settles all of them: through
+/// `Store::reclaim` in batches of `batch`, or with the one statement in
+/// `baseline_sql`. Only the settling is timed. The rate is leases per second.
+pub async fn reclaim(
+    url: &str,
+    side: ReclaimSide,
+    batch: u32,
+    seed_sql: &Path,
+    baseline_sql: &Path,
+) -> anyhow::Result<Measurement> {
+    let store = connect(url, 2).await?;
+    let seed = std::fs::read_to_string(seed_sql).with_context(|| format!("reading {}", seed_sql.display()))?;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(seed)).execute(store.pool()).await.context("seeding due leases")?;
+    sqlx::raw_sql("ANALYZE tollgate_leases, tollgate_accounts").execute(store.pool()).await?;
+    let due: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM tollgate_leases WHERE state = 'active' AND lease_id LIKE 'due_%'")
+            .fetch_one(store.pool())
+            .await?;
+
+    let start = Instant::now();
+    let (settled, round_trips) = match side {
+        ReclaimSide::Tollgate => {
+            let counting = roundtrips::start();
+            let mut settled = 0u64;
+            let mut passes = 0u64;
+            loop {
+                let report = store.reclaim(Timestamp::now(), batch).await?;
+                settled += report.reclaimed.len() as u64;
+                passes += 1;
+                if !report.is_full() {
+                    break;
+                }
+            }
+            let statements = counting.finish();
+            (settled, Some(statements as f64 / passes as f64))
+        }
+        ReclaimSide::Baseline => {
+            let sql =
+                std::fs::read_to_string(baseline_sql).with_context(|| format!("reading {}", baseline_sql.display()))?;
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(store.pool()).await?;
+            let elapsed = start.elapsed();
+            let left: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM tollgate_leases WHERE state = 'active' AND lease_id LIKE 'due_%'",
+            )
+            .fetch_one(store.pool())
+            .await?;
+            return finish((due - left) as u64, due, elapsed, Some(1.0));
+        }
+    };
+    finish(settled, due, start.elapsed(), round_trips)
+}
+
+fn finish(settled: u64, due: i64, elapsed: Duration, round_trips: Option<f64>) -> anyhow::Result<Measurement> {
+    if settled != due as u64 {
+        bail!("settled {settled} of {due} due leases");
+    }
+    Ok(Measurement { per_second: settled as f64 / elapsed.as_secs_f64(), round_trips })
+}

@@ -1,0 +1,292 @@
+//! Writes `bench/RESULTS.md` from the rounds `bench/run` recorded.
+//!
+//! The rounds file has one line per measurement, tab-separated:
+//! `pair side round rate round_trips p50_us p99_us`, with `-` for a figure that
+//! was not measured. Rates are always "more is better" (operations, events or
+//! leases per second), so every ratio is Tollgate / baseline.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+
+#[derive(clap::Args)]
+pub struct ReportArgs {
+    #[arg(long)]
+    rounds: PathBuf,
+    /// The JSON line `tollgate-bench-memory` printed.
+    #[arg(long)]
+    memory: PathBuf,
+    /// `nproc`, `free` and `lscpu` output.
+    #[arg(long)]
+    machine: PathBuf,
+    /// Hand-written analysis appended verbatim, when it exists.
+    #[arg(long)]
+    analysis: Option<PathBuf>,
+    /// Peak RSS (VmHWM) of `tollgate serve` after the HTTP rounds, in KiB.
+    #[arg(long)]
+    server_hwm_kb: Option<u64>,
+    /// Peak RSS of the baseline server, in KiB.
+    #[arg(long)]
+    baseline_hwm_kb: Option<u64>,
+    /// How the results were produced, quoted in the header.
+    #[arg(long)]
+    command: String,
+    #[arg(long)]
+    out: PathBuf,
+}
+
+struct Pair {
+    key: &'static str,
+    path: &'static str,
+    unit: &'static str,
+    target: f64,
+    tollgate: &'static str,
+    baseline: &'static str,
+}
+
+const PAIRS: &[Pair] = &[
+    Pair {
+        key: "pg_lease",
+        path: "PostgreSQL lease cycle",
+        unit: "cycles/s",
+        target: 0.80,
+        tollgate: "`PostgresStore` acquire + release, 8 tasks, 1000 accounts",
+        baseline: "`pgbench -M prepared -c 8`, `bench/sql/lease_cycle.sql`",
+    },
+    Pair {
+        key: "pg_ingest",
+        path: "PostgreSQL ingestion",
+        unit: "events/s",
+        target: 0.50,
+        tollgate: "`PostgresStore::ingest`, batches of 1000 (½ leased, ½ overage, 1% duplicates)",
+        baseline: "`pgbench -M prepared -c 1`, `bench/sql/ingest_batch.sql`",
+    },
+    Pair {
+        key: "pg_reclaim",
+        path: "Reclaim",
+        unit: "leases/s",
+        target: 0.50,
+        tollgate: "`Store::reclaim` passes of 1000 over 100 000 due leases",
+        baseline: "one statement, `bench/sql/reclaim_baseline.sql`",
+    },
+    Pair {
+        key: "memory_lease",
+        path: "Memory lease cycle",
+        unit: "cycles/s",
+        target: 0.50,
+        tollgate: "`MemoryStore` acquire + release, one thread",
+        baseline: "`HashMap` model (`crates/tollgate-bench/src/model.rs`)",
+    },
+    Pair {
+        key: "memory_ingest",
+        path: "Memory ingestion",
+        unit: "events/s",
+        target: 0.50,
+        tollgate: "`MemoryStore::ingest`, batches of 1000",
+        baseline: "the same `HashMap` model",
+    },
+    Pair {
+        key: "http",
+        path: "HTTP",
+        unit: "requests/s",
+        target: 0.60,
+        tollgate: "`tollgate serve` (memory), acquire + release, 64 keep-alive connections",
+        baseline: "axum handler parsing the same JSON, constant answer",
+    },
+];
+
+#[derive(Default)]
+struct Side {
+    /// Rate by round.
+    rates: BTreeMap<u32, f64>,
+    round_trips: Vec<f64>,
+    p50_us: Vec<f64>,
+    p99_us: Vec<f64>,
+}
+
+fn median(values: &[f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let middle = sorted.len() / 2;
+    Some(if sorted.len().is_multiple_of(2) { (sorted[middle - 1] + sorted[middle]) / 2.0 } else { sorted[middle] })
+}
+
+fn min_max(values: &[f64]) -> Option<(f64, f64)> {
+    let min = values.iter().copied().min_by(f64::total_cmp)?;
+    let max = values.iter().copied().max_by(f64::total_cmp)?;
+    Some((min, max))
+}
+
+/// A rate with few enough digits to read.
+fn rate(value: f64) -> String {
+    if value >= 100.0 { format!("{value:.0}") } else { format!("{value:.2}") }
+}
+
+fn parse_field(field: &str) -> anyhow::Result<Option<f64>> {
+    if field == "-" { Ok(None) } else { Ok(Some(field.parse().with_context(|| format!("not a number: {field:?}"))?)) }
+}
+
+fn read_rounds(text: &str) -> anyhow::Result<BTreeMap<(String, String), Side>> {
+    let mut sides: BTreeMap<(String, String), Side> = BTreeMap::new();
+    for (number, line) in text.lines().enumerate().filter(|(_, line)| !line.trim().is_empty()) {
+        let fields: Vec<&str> = line.split('\t').collect();
+        if fields.len() != 7 {
+            bail!("rounds line {} has {} fields, expected 7: {line:?}", number + 1, fields.len());
+        }
+        let side = sides.entry((fields[0].to_owned(), fields[1].to_owned())).or_default();
+        let round: u32 = fields[2].parse()?;
+        if let Some(value) = parse_field(fields[3])? {
+            side.rates.insert(round, value);
+        }
+        side.round_trips.extend(parse_field(fields[4])?);
+        side.p50_us.extend(parse_field(fields[5])?);
+        side.p99_us.extend(parse_field(fields[6])?);
+    }
+    Ok(sides)
+}
+
+fn memory_json(text: &str, key: &str) -> Option<f64> {
+    let value: serde_json::Value = serde_json::from_str(text.trim()).ok()?;
+    value.get(key)?.as_f64()
+}
+
+pub fn write(args: ReportArgs) -> anyhow::Result<()> {
+    let rounds = std::fs::read_to_string(&args.rounds).with_context(|| format!("reading {}", args.rounds.display()))?;
+    let sides = read_rounds(&rounds)?;
+    let memory = std::fs::read_to_string(&args.memory).unwrap_or_default();
+    let machine = std::fs::read_to_string(&args.machine).unwrap_or_default();
+    let empty = Side::default();
+
+    let mut out = String::new();
+    writeln!(out, "# Benchmark results\n")?;
+    writeln!(
+        out,
+        "Produced by `{}`. Every ratio is Tollgate / baseline, both measured in the same run on this \
+         machine, interleaved round by round (A B A B …). *Ratio* is the ratio of the medians; \
+         *per-round* is the range of the ratios of the two sides of each round. Rates are medians \
+         with min–max over the rounds.\n",
+        args.command
+    )?;
+    writeln!(
+        out,
+        "| path | Tollgate | baseline | unit | Tollgate median (min–max) | baseline median (min–max) | ratio | per-round | target | met | round trips per op (Tollgate / baseline) |"
+    )?;
+    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|")?;
+    for pair in PAIRS {
+        let tollgate = sides.get(&(pair.key.to_owned(), "tollgate".to_owned())).unwrap_or(&empty);
+        let baseline = sides.get(&(pair.key.to_owned(), "baseline".to_owned())).unwrap_or(&empty);
+        let t_rates: Vec<f64> = tollgate.rates.values().copied().collect();
+        let b_rates: Vec<f64> = baseline.rates.values().copied().collect();
+        let describe = |rates: &[f64]| match (median(rates), min_max(rates)) {
+            (Some(m), Some((lo, hi))) => format!("{} ({}–{})", rate(m), rate(lo), rate(hi)),
+            _ => "not measured".to_owned(),
+        };
+        let ratio = match (median(&t_rates), median(&b_rates)) {
+            (Some(t), Some(b)) if b > 0.0 => Some(t / b),
+            _ => None,
+        };
+        let per_round: Vec<f64> = tollgate
+            .rates
+            .iter()
+            .filter_map(|(round, t)| baseline.rates.get(round).filter(|b| **b > 0.0).map(|b| t / b))
+            .collect();
+        let per_round = min_max(&per_round).map_or("–".to_owned(), |(lo, hi)| format!("{lo:.2}–{hi:.2}"));
+        let (ratio_text, met) = match ratio {
+            Some(r) => (format!("**{r:.2}**"), if r >= pair.target { "yes" } else { "**no**" }),
+            None => ("–".to_owned(), "not measured"),
+        };
+        let trips = |side: &Side| median(&side.round_trips).map_or("–".to_owned(), |m| format!("{m:.1}"));
+        writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | ≥ {:.2} | {} | {} / {} |",
+            pair.path,
+            pair.tollgate,
+            pair.baseline,
+            pair.unit,
+            describe(&t_rates),
+            describe(&b_rates),
+            ratio_text,
+            per_round,
+            pair.target,
+            met,
+            trips(tollgate),
+            trips(baseline),
+        )?;
+    }
+
+    let http_t = sides.get(&("http".to_owned(), "tollgate".to_owned())).unwrap_or(&empty);
+    let http_b = sides.get(&("http".to_owned(), "baseline".to_owned())).unwrap_or(&empty);
+    let latency = |values: &[f64]| median(values).map_or("–".to_owned(), |m| format!("{m:.0} µs"));
+    writeln!(out, "\n## HTTP latency and server memory\n")?;
+    writeln!(out, "Per request, medians over the rounds; 64 connections, each running acquire then release.\n")?;
+    writeln!(out, "| server | p50 | p99 | peak RSS (VmHWM) |")?;
+    writeln!(out, "|---|---|---|---|")?;
+    let hwm = |kb: Option<u64>| kb.map_or("–".to_owned(), |kb| format!("{:.1} MiB", kb as f64 / 1024.0));
+    writeln!(
+        out,
+        "| `tollgate serve` (memory) | {} | {} | {} |",
+        latency(&http_t.p50_us),
+        latency(&http_t.p99_us),
+        hwm(args.server_hwm_kb)
+    )?;
+    writeln!(
+        out,
+        "| axum baseline | {} | {} | {} |",
+        latency(&http_b.p50_us),
+        latency(&http_b.p99_us),
+        hwm(args.baseline_hwm_kb)
+    )?;
+
+    writeln!(out, "\n## MemoryStore bytes\n")?;
+    writeln!(
+        out,
+        "Live heap bytes counted by a global allocator (`tollgate-bench-memory`), over {} items each.\n",
+        memory_json(&memory, "items").map_or("?".to_owned(), |n| format!("{n:.0}"))
+    )?;
+    writeln!(out, "| what | bytes each | target |")?;
+    writeln!(out, "|---|---|---|")?;
+    let bytes = |key: &str| memory_json(&memory, key).map_or("not measured".to_owned(), |b| format!("{b:.0}"));
+    let lease_met = match memory_json(&memory, "active_lease_bytes") {
+        Some(b) if b <= 256.0 => "≤ 256 (met)",
+        Some(_) => "≤ 256 (**not met**)",
+        None => "≤ 256",
+    };
+    writeln!(out, "| active lease | {} | {lease_met} |", bytes("active_lease_bytes"))?;
+    writeln!(out, "| settled lease (kept as history) | {} | – |", bytes("settled_lease_bytes"))?;
+    writeln!(
+        out,
+        "| remembered request ID ({} chars) | {} | – |",
+        memory_json(&memory, "request_id_len").map_or("?".to_owned(), |n| format!("{n:.0}")),
+        bytes("request_id_bytes")
+    )?;
+
+    if let Some(path) = &args.analysis
+        && let Ok(text) = std::fs::read_to_string(path)
+    {
+        writeln!(out, "\n{}", text.trim_end())?;
+    }
+
+    writeln!(out, "\n## Machine\n\n```\n{}\n```", machine.trim_end())?;
+    std::fs::write(&args.out, out).with_context(|| format!("writing {}", args.out.display()))?;
+    Ok(())
+}
+
+/// Operations per second from criterion's `estimates.json`: the median time of
+/// one iteration, in nanoseconds, against the operations one iteration runs.
+pub fn criterion_rate(estimates: &std::path::Path, per_iteration: f64) -> anyhow::Result<f64> {
+    let text = std::fs::read_to_string(estimates).with_context(|| format!("reading {}", estimates.display()))?;
+    let value: serde_json::Value = serde_json::from_str(&text)?;
+    let median_ns = value
+        .pointer("/median/point_estimate")
+        .and_then(serde_json::Value::as_f64)
+        .context("estimates.json has no median point estimate")?;
+    if median_ns <= 0.0 {
+        bail!("median time {median_ns} ns is not positive");
+    }
+    Ok(per_iteration * 1e9 / median_ns)
+}
