@@ -4,8 +4,11 @@
 //! The SQL written before 0017 here is deliberately the 0016-era lease SQL
 //! (`expires_at_us`): it is the fixture that proves the compatibility fence.
 
+mod fixtures;
+
 use std::time::Duration;
 
+use fixtures::rows_without_lease_expiry;
 use sqlx::{Connection, PgConnection, PgPool};
 use tollgate_pg::migrations::{self, MigrationError};
 use tollgate_pg::testing::{PgFailure, TestDb, pg_failure};
@@ -39,25 +42,6 @@ const LEGACY_FIXTURE: &str = "
         ('acct', 'r-done',  'cred', 30, 2, 0, 'done', 7),
         ('acct', 'r-over',  'cred',  7, 10, 5, NULL, NULL);
 ";
-
-/// Every stored field except a lease's expiry, as JSON text, in a stable
-/// order. Equal snapshots before and after 0017 mean it changed no unit,
-/// fence, state or accounting field.
-async fn snapshot_without_expiry(pool: &PgPool) -> Vec<String> {
-    let sql = "
-        SELECT 'account ' || (to_jsonb(a))::text FROM tollgate_accounts a
-        UNION ALL
-        SELECT 'credit ' || (to_jsonb(c))::text FROM tollgate_credits c
-        UNION ALL
-        SELECT 'lease ' || (to_jsonb(l) - 'expires_at_us' - 'expiry_floor_us'
-            - 'expiry_submicro_ns' - 'expiry_is_upper_bound')::text FROM tollgate_leases l
-        UNION ALL
-        SELECT 'credential ' || (to_jsonb(k))::text FROM tollgate_credentials k
-        UNION ALL
-        SELECT 'usage ' || (to_jsonb(u))::text FROM tollgate_usage_events u
-        ORDER BY 1";
-    sqlx::query_scalar(sql).fetch_all(pool).await.expect("snapshot")
-}
 
 async fn applied_versions(pool: &PgPool) -> Vec<i64> {
     sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
@@ -107,12 +91,12 @@ async fn check_upgrade_from(from: i64) {
     let db = TestDb::create().await;
     db.migrate_through(from).await.expect("old migrations apply");
     sqlx::raw_sql(LEGACY_FIXTURE).execute(db.pool()).await.expect("legacy fixture");
-    let before = snapshot_without_expiry(db.pool()).await;
+    let before = rows_without_lease_expiry(db.pool()).await;
 
     let applied: Vec<i64> = db.migrate().await.expect("upgrade").iter().map(|m| m.version).collect();
     assert_eq!(applied, ((from + 1)..=17).collect::<Vec<i64>>());
 
-    assert_eq!(snapshot_without_expiry(db.pool()).await, before, "a non-expiry field changed");
+    assert_eq!(rows_without_lease_expiry(db.pool()).await, before, "a non-expiry field changed");
     assert_eq!(conservation_violations(db.pool()).await, Vec::<String>::new());
 
     // The latest instant consistent with each truncated value: +999 ns for
@@ -152,7 +136,7 @@ async fn check_upgrade_from(from: i64) {
     // A cold restart (fresh pool) finds the data and nothing left to apply.
     let restarted = db.new_pool(2).await;
     assert_eq!(migrations::apply(&restarted).await.expect("restart"), vec![]);
-    assert_eq!(snapshot_without_expiry(&restarted).await, before);
+    assert_eq!(rows_without_lease_expiry(&restarted).await, before);
     restarted.close().await;
     db.drop_now().await;
 }
@@ -188,7 +172,7 @@ async fn invalid_history_fails_0016_then_evidence_based_repair_passes() {
     .execute(db.pool())
     .await
     .expect("invalid history");
-    let invalid = snapshot_without_expiry(db.pool()).await;
+    let invalid = rows_without_lease_expiry(db.pool()).await;
 
     let error = db.migrate().await.expect_err("0016 must find the invalid rows");
     let (version, failure) = failed_version(&error);
@@ -198,7 +182,7 @@ async fn invalid_history_fails_0016_then_evidence_based_repair_passes() {
 
     // 0015 stays committed; the invalid rows are preserved, not clamped.
     assert_eq!(applied_versions(db.pool()).await, (1..=15).collect::<Vec<i64>>());
-    assert_eq!(snapshot_without_expiry(db.pool()).await, invalid);
+    assert_eq!(rows_without_lease_expiry(db.pool()).await, invalid);
     let installed_15: String = sqlx::query_scalar("SELECT installed_on::text FROM _sqlx_migrations WHERE version = 15")
         .fetch_one(db.pool())
         .await
@@ -263,7 +247,7 @@ async fn out_of_domain_legacy_expiry_rolls_back_0017_entirely() {
             .await
             .expect("out-of-domain legacy row");
         let columns_0016 = lease_columns(db.pool()).await;
-        let rows_0016 = snapshot_without_expiry(db.pool()).await;
+        let rows_0016 = rows_without_lease_expiry(db.pool()).await;
 
         let error = db.migrate().await.expect_err(name);
         let (version, failure) = failed_version(&error);
@@ -283,7 +267,7 @@ async fn out_of_domain_legacy_expiry_rolls_back_0017_entirely() {
                 .expect("index");
         assert!(index.contains("(expires_at_us)"), "{name}: {index}");
         assert_eq!(applied_versions(db.pool()).await, (1..=16).collect::<Vec<i64>>(), "{name}");
-        assert_eq!(snapshot_without_expiry(db.pool()).await, rows_0016, "{name}");
+        assert_eq!(rows_without_lease_expiry(db.pool()).await, rows_0016, "{name}");
         let stored: i64 = sqlx::query_scalar("SELECT expires_at_us FROM tollgate_leases WHERE lease_id = 'pos'")
             .fetch_one(db.pool())
             .await
@@ -325,7 +309,7 @@ async fn old_lease_sql_on_a_retained_connection_fails_and_rolls_back_its_debit()
     assert_eq!(due, vec!["min".to_owned(), "neg-big".to_owned(), "neg".to_owned()]);
     sqlx::query(old_release).bind("pos").execute(&mut old).await.expect("old release before");
 
-    let accounts_before = snapshot_without_expiry(db.pool()).await;
+    let accounts_before = rows_without_lease_expiry(db.pool()).await;
     db.migrate().await.expect("0017 applies");
 
     // An old acquire: the debit succeeds, the lease insert hits the fence.
@@ -359,7 +343,7 @@ async fn old_lease_sql_on_a_retained_connection_fails_and_rolls_back_its_debit()
         assert_eq!(pg_failure(&error).map(|f| f.sqlstate), Some("42703".to_owned()), "{name}: {error}");
     }
 
-    assert_eq!(snapshot_without_expiry(db.pool()).await, accounts_before, "the debit leaked");
+    assert_eq!(rows_without_lease_expiry(db.pool()).await, accounts_before, "the debit leaked");
     assert_eq!(conservation_violations(db.pool()).await, Vec::<String>::new());
     old.close().await.expect("close");
     db.drop_now().await;
