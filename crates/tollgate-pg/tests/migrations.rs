@@ -8,7 +8,7 @@ mod fixtures;
 
 use std::time::Duration;
 
-use fixtures::rows_without_lease_expiry;
+use fixtures::{conservation_violations, rows_without_lease_expiry};
 use sqlx::{Connection, PgConnection, PgPool};
 use tollgate_pg::migrations::{self, MigrationError};
 use tollgate_pg::testing::{PgFailure, TestDb, pg_failure};
@@ -58,24 +58,6 @@ async fn lease_columns(pool: &PgPool) -> Vec<String> {
     .fetch_all(pool)
     .await
     .expect("columns")
-}
-
-/// The three ledger equations, per account, as violations (empty when they hold).
-async fn conservation_violations(pool: &PgPool) -> Vec<String> {
-    sqlx::query_scalar(
-        "SELECT a.account_id FROM tollgate_accounts a
-         LEFT JOIN LATERAL (
-             SELECT coalesce(sum(granted), 0) AS granted, coalesce(sum(used), 0) AS used
-             FROM tollgate_leases l WHERE l.account_id = a.account_id AND l.state = 'active'
-         ) s ON true
-         WHERE a.credited <> a.available + a.reserved + a.consumed
-            OR a.reserved <> s.granted
-            OR a.billed <> a.consumed + a.overage + s.used
-         ORDER BY 1",
-    )
-    .fetch_all(pool)
-    .await
-    .expect("conservation query")
 }
 
 fn failed_version(error: &MigrationError) -> (i64, Option<PgFailure>) {
