@@ -2,7 +2,7 @@
 //! (behind the `testing` feature) a per-test database harness.
 //!
 //! Invariants this crate keeps: every SQL statement is parameterised and names
-//! its columns; each store operation is one transaction; rows are locked in one
+//! its columns; each store operation writes in one transaction; rows are locked in one
 //! global order (accounts, then leases, then credentials); the rules themselves
 //! live in `tollgate-core`, never here.
 

@@ -2,17 +2,23 @@
 //!
 //! Like `MemoryStore`, every operation loads the state it needs, hands it to the
 //! same `tollgate-core` functions, and persists what they decided; the two
-//! stores differ only in how they load and persist. Here loading is a locking
-//! read and persisting is one statement, inside one transaction per operation.
+//! stores differ only in how they load and persist. Here there are two ways:
+//!
+//! - the locking path: a locking read and one write statement inside one
+//!   transaction per operation;
+//! - the unlocked path (`unlocked`), which acquire, release and reclaim try
+//!   first: a plain read, then one autocommitted write that applies the
+//!   decision only if the rows it depended on are unchanged, falling back to the
+//!   locking path when they changed.
 //!
 //! Locks are taken in one global order so that no two operations can wait on
 //! each other in a cycle: account rows first (in `account_id` order), then
 //! lease rows (in `lease_id` order), then credential rows. Every write to a
-//! lease happens under its account's lock. The reclaimer is the exception
-//! that proves the rule: it finds due leases with `FOR UPDATE SKIP LOCKED`
-//! (so concurrent reclaimers never settle a lease twice) and then takes their
-//! accounts with `SKIP LOCKED` as well, so it never waits at all; a lease whose
-//! account is busy stays due for the next pass.
+//! lease happens under its account's lock. The locking reclaim pass is the
+//! exception that proves the rule: it finds due leases with `FOR UPDATE SKIP
+//! LOCKED` and then takes their accounts with `SKIP LOCKED` as well, so it
+//! never waits at all; a lease whose account is busy stays due for the next
+//! pass.
 //!
 //! Reads that depend on a lock come in a statement *after* the one that took
 //! it: under READ COMMITTED each statement sees everything committed before it
@@ -65,6 +71,30 @@ impl Default for PgStoreConfig {
     }
 }
 
+/// The pool settings of every `PostgresStore` pool.
+///
+/// No ping before each use (sqlx's `test_before_acquire`): it would cost every
+/// operation a round trip. A connection that broke while idle fails the one
+/// operation that next uses it, as `storage_unavailable` (retryable, nothing
+/// applied), and the pool drops it.
+pub fn pool_options(connections_max: u32, acquire_timeout: Duration) -> PgPoolOptions {
+    PgPoolOptions::new().max_connections(connections_max).acquire_timeout(acquire_timeout).test_before_acquire(false)
+}
+
+/// The session settings of every `PostgresStore` connection, sent in the
+/// startup packet (no round trip).
+///
+/// `plan_cache_mode = force_generic_plan`: each statement here has one fixed
+/// shape, keyed by primary keys or by `unnest` of parameter arrays, so its
+/// plan does not depend on the values bound. PostgreSQL's default re-plans a
+/// prepared statement for its values on each of its first executions and
+/// keeps doing so when the generic plan's estimate looks no cheaper, which for
+/// the array statements it never does; on the lease cycle that planning cost
+/// about as much as executing the write (`bench/ANALYSIS.md`).
+pub fn session_options(options: PgConnectOptions) -> PgConnectOptions {
+    options.options([("plan_cache_mode", "force_generic_plan")])
+}
+
 /// Why a `PostgresStore` could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
@@ -96,16 +126,15 @@ impl PostgresStore {
     /// `Store::pin_reclaim_grace`.
     pub async fn connect_with(url: &str, policy: GrantPolicy, config: PgStoreConfig) -> Result<Self, ConnectError> {
         let options: PgConnectOptions = url.parse().map_err(ConnectError::Unavailable)?;
-        let pool = PgPoolOptions::new()
-            .max_connections(config.connections_max)
-            .acquire_timeout(config.acquire_timeout)
-            .connect_with(options)
+        let pool = pool_options(config.connections_max, config.acquire_timeout)
+            .connect_with(session_options(options))
             .await
             .map_err(ConnectError::Unavailable)?;
         Self::from_pool(pool, policy).await
     }
 
-    /// `connect_with` over an existing pool.
+    /// `connect_with` over an existing pool, which should be built with
+    /// `pool_options` and `session_options` as `connect_with`'s is.
     pub async fn from_pool(pool: PgPool, policy: GrantPolicy) -> Result<Self, ConnectError> {
         let applied = migrations::apply(&pool).await?;
         Ok(Self {
@@ -206,6 +235,10 @@ macro_rules! credential_columns {
          c.last_used_floor_us, c.last_used_submicro_ns, c.accepted_events, c.accepted_units"
     };
 }
+
+mod unlocked;
+
+use unlocked::Attempt;
 
 #[derive(FromRow)]
 struct AccountRow {
@@ -608,12 +641,17 @@ impl PostgresStore {
         self.pool.begin().await.map_err(storage_error)
     }
 
+    /// Names a lease the core granted and draws its capability.
+    fn issue(account_id: &str, grant: ledger::Grant) -> IssuedLease {
+        let capability = new_capability();
+        IssuedLease { lease: grant.into_lease(new_lease_id(), account_id.to_owned()), capability }
+    }
+
     /// Grants a lease the core decided and stages it for persisting.
     fn stage_grant(account_id: &str, grant: ledger::Grant, changes: &mut Changes<'_>) -> IssuedLease {
-        let capability = new_capability();
-        let lease = grant.into_lease(new_lease_id(), account_id.to_owned());
-        changes.granted.push((lease.clone(), capability.hash()));
-        IssuedLease { lease, capability }
+        let issued = Self::issue(account_id, grant);
+        changes.granted.push((issued.lease.clone(), issued.capability.hash()));
+        issued
     }
 
     async fn ingest_inner(&self, batch: &[UsageEvent], now: Timestamp) -> Result<Vec<EventOutcome>, IngestError> {
@@ -801,6 +839,9 @@ impl Store for PostgresStore {
         ttl: SignedDuration,
         now: Timestamp,
     ) -> Result<IssuedLease, Error> {
+        if let Attempt::Done(issued) = self.acquire_unlocked(account_id, units, ttl, now).await? {
+            return Ok(issued);
+        }
         let mut tx = self.begin().await?;
         let result: Result<IssuedLease, Error> = async {
             let mut account = lock_account(&mut tx, account_id).await?;
@@ -818,6 +859,9 @@ impl Store for PostgresStore {
     async fn release(&self, lease_id: &str, capability: &str, now: Timestamp) -> Result<Released, Error> {
         if !storable(lease_id) {
             return Err(Error::LeaseNotFound);
+        }
+        if let Attempt::Done(released) = self.release_unlocked(lease_id, capability, now).await? {
+            return Ok(released);
         }
         let mut tx = self.begin().await?;
         let result: Result<Released, Error> = async {
@@ -885,6 +929,9 @@ impl Store for PostgresStore {
             return Ok(ReclaimReport { reclaimed: Vec::new(), limit });
         }
         let cutoff = InstantPair::encode(cutoff);
+        if let Attempt::Done(reclaimed) = self.reclaim_unlocked(now, cutoff, limit).await? {
+            return Ok(ReclaimReport { reclaimed, limit });
+        }
         let mut tx = self.begin().await?;
         let result: Result<ReclaimReport, Error> = async {
             let rows: Vec<LeaseRow> = sqlx::query_as(concat!(

@@ -8,10 +8,11 @@
 use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, PgConnection, PgPool};
 
 use crate::migrations::{self, AppliedMigration, MigrationError};
+use crate::store::{pool_options, session_options};
 
 /// Every database this harness creates starts with this prefix, followed by
 /// its creation time in Unix seconds and a random suffix.
@@ -72,10 +73,8 @@ impl TestDb {
             .unwrap_or_else(|e| panic!("cannot CREATE DATABASE {name} on {server_url}: {e}"));
         let _ = maintenance.close().await;
 
-        let pool = PgPoolOptions::new()
-            .max_connections(POOL_CONNECTIONS_MAX)
-            .acquire_timeout(Duration::from_secs(30))
-            .connect_with(server.clone().database(&name))
+        let pool = pool_options(POOL_CONNECTIONS_MAX, Duration::from_secs(30))
+            .connect_with(session_options(server.clone().database(&name)))
             .await
             .unwrap_or_else(|e| panic!("cannot connect to the new test database {name}: {e}"));
 
@@ -122,10 +121,8 @@ impl TestDb {
 
     /// Opens a separate pool on the same database, as a second server would.
     pub async fn new_pool(&self, connections_max: u32) -> PgPool {
-        PgPoolOptions::new()
-            .max_connections(connections_max)
-            .acquire_timeout(Duration::from_secs(30))
-            .connect_with(self.connect_options())
+        pool_options(connections_max, Duration::from_secs(30))
+            .connect_with(session_options(self.connect_options()))
             .await
             .unwrap_or_else(|e| panic!("cannot open another pool on {}: {e}", self.name))
     }

@@ -2,6 +2,8 @@
 //! break invariants, concurrency across pools, startup refusals, the shared
 //! reclaim grace, and legacy (pre-0017) leases. Each test has its own database.
 
+mod fixtures;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -308,7 +310,8 @@ async fn undecodable_stored_values_are_storage_corrupt() {
 // ------------------------------------------------------------- concurrency
 
 /// Two reclaimers on two pools (two servers) over one database settle every
-/// due lease exactly once, and the ledger is exact afterwards.
+/// due lease exactly once, and the ledger is exact afterwards. Each pass reads
+/// the oldest due leases, so the two race for the same leases pass after pass.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_reclaimers_never_settle_a_lease_twice() {
     const ACCOUNTS: usize = 4;
@@ -355,7 +358,6 @@ async fn concurrent_reclaimers_never_settle_a_lease_twice() {
     };
     let (a, b) = tokio::join!(tokio::spawn(reclaimer(one.clone())), tokio::spawn(reclaimer(two.clone())));
     let (a, b) = (a.unwrap(), b.unwrap());
-    assert!(!a.is_empty() && !b.is_empty(), "both reclaimers should have done work: {} and {}", a.len(), b.len());
 
     let mut seen = BTreeSet::new();
     for reclaimed in a.iter().chain(&b) {
@@ -474,6 +476,116 @@ async fn mixed_concurrent_operations_neither_deadlock_nor_leak_units() {
     // Drain whatever is left due, then every equation must hold.
     while !one.reclaim(ts(T0 + 10_000_000_000_000), 100).await.unwrap().reclaimed.is_empty() {}
     assert_conserved(&*one).await;
+}
+
+// ------------------------------------------------- the unlocked path's fallback
+
+/// Holds a lock on one account row in an open transaction, as a concurrent
+/// operation of another server would, until it is committed. Returns the
+/// transaction and its backend's pid.
+async fn hold_account(s: &PostgresStore, account_id: &str) -> (sqlx::Transaction<'static, sqlx::Postgres>, i32) {
+    let mut tx = s.pool().begin().await.expect("begin");
+    let pid = fixtures::backend_pid(&mut tx).await;
+    sqlx::query("SELECT 1 FROM tollgate_accounts WHERE account_id = $1 FOR NO KEY UPDATE")
+        .bind(account_id)
+        .fetch_one(&mut *tx)
+        .await
+        .expect("lock the account");
+    (tx, pid)
+}
+
+async fn lease_state(s: &PostgresStore, lease_id: &str) -> LeaseState {
+    s.lease(lease_id).await.expect("lease").state
+}
+
+/// A release whose account another transaction holds writes nothing on the
+/// unlocked path (it never waits there), then waits on the locking path and
+/// settles once the holder commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_on_a_busy_account_waits_on_the_locking_path_and_settles_after_it() {
+    let s = Arc::new(store(nanos(0)).await);
+    funded(&*s, "acct", 100).await;
+    let cred = credential(&*s, "acct").await;
+    let lease = s.acquire("acct", 10, nanos(60_000_000_000), ts(T0)).await.unwrap();
+    outcomes(s.ingest(vec![event("u-1", "acct", &cred, 4, Some(&lease))], ts(T0)).await);
+
+    let (holder, holder_pid) = hold_account(&s, "acct").await;
+    let releasing = {
+        let (s, lease) = (s.clone(), lease.clone());
+        tokio::spawn(async move { s.release(&lease.lease.lease_id, lease.capability.expose(), ts(T0)).await })
+    };
+    let waiting = fixtures::statement_waiting_behind(s.pool(), holder_pid).await;
+    assert!(waiting.contains("FOR NO KEY UPDATE OF a FOR UPDATE OF l"), "waits in the locking read: {waiting}");
+    assert_eq!(lease_state(&s, &lease.lease.lease_id).await, LeaseState::Active, "nothing written while it waits");
+    holder.commit().await.expect("commit");
+
+    let released = releasing.await.unwrap().expect("released");
+    assert_eq!((released.settlement.charged, released.settlement.returned), (4, 6));
+    assert_eq!(counters(&*s, "acct").await, (100, 96, 0, 4, 0, 4, 2));
+    assert_conserved(&*s).await;
+}
+
+/// An acquire whose account changes between its read and its write stores
+/// nothing it decided on the old state: its write waits for the holder, finds
+/// the counters changed, and the locking path decides again on the new ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_racing_a_change_to_its_account_decides_again_on_the_committed_state() {
+    let s = Arc::new(store(nanos(0)).await);
+    funded(&*s, "acct", 100).await;
+
+    // The holder takes the fence the unlocked read will have seen.
+    let (mut holder, holder_pid) = hold_account(&s, "acct").await;
+    sqlx::query("UPDATE tollgate_accounts SET next_fence = next_fence + 1 WHERE account_id = $1")
+        .bind("acct")
+        .execute(&mut *holder)
+        .await
+        .expect("take a fence");
+    let acquiring = {
+        let s = s.clone();
+        tokio::spawn(async move { s.acquire("acct", 10, nanos(60_000_000_000), ts(T0)).await })
+    };
+    let waiting = fixtures::statement_waiting_behind(s.pool(), holder_pid).await;
+    assert!(waiting.contains("UPDATE tollgate_accounts"), "waits in the conditional write: {waiting}");
+    holder.commit().await.expect("commit");
+
+    let issued = acquiring.await.unwrap().expect("acquired");
+    assert_eq!(issued.lease.fencing_token, 2, "the fence after the holder's, not the one read before it");
+    assert_eq!(counters(&*s, "acct").await, (100, 90, 10, 0, 0, 0, 3));
+    assert_conserved(&*s).await;
+}
+
+/// A reclaim pass never waits: a due lease whose account another transaction
+/// holds stays due, and the next pass after the holder commits settles it.
+#[tokio::test]
+async fn a_reclaim_pass_leaves_a_lease_on_a_busy_account_due_for_the_next_pass() {
+    let s = store(nanos(0)).await;
+    funded(&s, "busy", 100).await;
+    funded(&s, "idle", 100).await;
+    let busy = s.acquire("busy", 10, nanos(1_000), ts(T0)).await.unwrap();
+    let idle = s.acquire("idle", 10, nanos(1_000), ts(T0)).await.unwrap();
+    let later = ts(T0 + 2_000);
+
+    let (holder, _) = hold_account(&s, "busy").await;
+    let first = s.reclaim(later, 10).await.expect("first pass");
+    let settled: Vec<&str> = first.reclaimed.iter().map(|r| r.lease_id.as_str()).collect();
+    assert_eq!(settled, vec![idle.lease.lease_id.as_str()]);
+    assert_eq!(lease_state(&s, &busy.lease.lease_id).await, LeaseState::Active);
+    holder.commit().await.expect("commit");
+
+    let second = s.reclaim(later, 10).await.expect("second pass");
+    let settled: Vec<&str> = second.reclaimed.iter().map(|r| r.lease_id.as_str()).collect();
+    assert_eq!(settled, vec![busy.lease.lease_id.as_str()]);
+    assert_eq!(counters(&s, "busy").await, (100, 100, 0, 0, 0, 0, 2));
+    assert_conserved(&s).await;
+}
+
+/// Every store connection plans generically (its settings come in the
+/// startup packet), so no prepared statement is re-planned per execution.
+#[tokio::test]
+async fn store_connections_use_generic_plans() {
+    let s = store(nanos(0)).await;
+    let mode: String = sqlx::query_scalar("SHOW plan_cache_mode").fetch_one(s.pool()).await.unwrap();
+    assert_eq!(mode, "force_generic_plan");
 }
 
 // --------------------------------------------------------- startup, grace

@@ -1,0 +1,335 @@
+//! The unlocked path: acquire, release and reclaim in two round trips each.
+//!
+//! The locking path spends four round trips on an operation: BEGIN, a locking
+//! read, the write, COMMIT, each waited for in turn, since a transaction's
+//! statements cannot be sent before its BEGIN is answered. On this path the
+//! same operation is two autocommitted statements on one connection:
+//!
+//! 1. an ordinary read of the rows the core needs (no lock, no transaction):
+//!    a committed state, as of the statement's snapshot;
+//! 2. the core decides on that state, exactly as on the locking path;
+//! 3. one write that applies the decision only if the rows it depended on are
+//!    still as read, under row locks taken in the global order (account
+//!    before lease), re-checked by PostgreSQL on the newest row version.
+//!
+//! A refusal by the core is final: it was decided on a committed state, so
+//! the operation takes effect (as a refusal) at the read. A write that finds
+//! its rows changed writes nothing and reports a conflict; the caller then
+//! runs the locking path, which waits for the rows and decides again. So the
+//! result is always one the locking path could have produced, and under
+//! contention the operation costs two round trips more, never a wrong answer.
+//!
+//! What "as read" means differs by operation, and is the whole argument:
+//!
+//! - **Acquire** depends on every counter of the account (the balance, the
+//!   fence, and the ranges of the others), so the write compares all seven
+//!   and stores the core's new values only if all are unchanged.
+//! - **Release and reclaim** settle a lease: the core's settlement is a
+//!   function of the lease's `granted` and `used` alone, and the lease may be
+//!   settled only while it is active. So the write compares the lease's
+//!   `state` and `used` (the only lease columns that change), and adds the
+//!   core's change to the account (new minus old, counter by counter) to
+//!   whatever the account holds by then, so that unrelated changes to the
+//!   account (another lease's acquire or usage) do not conflict. The core's
+//!   range checks on the account are repeated by PostgreSQL: the columns'
+//!   `CHECK (… >= 0)` and `BIGINT`'s own range. A write that would leave them
+//!   fails as a whole, and the locking path then gives the core's own answer.
+//!
+//! The settling write locks the accounts with `SKIP LOCKED`: a lease whose
+//! account another transaction holds is left as it is (for release, that is
+//! a conflict; for reclaim, the lease stays due for the next pass), so this
+//! path never waits on an account lock, and, since every other writer of a
+//! lease holds its account's lock first, it never waits on a lease lock
+//! either, except behind a locking reclaim pass, which itself never waits.
+
+use std::collections::{BTreeMap, HashSet};
+
+use jiff::{SignedDuration, Timestamp};
+use sqlx::PgConnection;
+use tollgate_core::ledger::{self, LeaseState};
+use tollgate_core::{Account, Error, InstantPair, Lease};
+use tollgate_store::{IssuedLease, ReclaimedLease, Released};
+
+use super::{AccountRow, DOMAIN, HeldLeaseRow, PostgresStore, db_i64, held, storable, storage_error};
+
+/// What an attempt on the unlocked path came to.
+pub(super) enum Attempt<T> {
+    /// Decided and, if it changed anything, written.
+    Done(T),
+    /// The rows changed between the read and the write, or PostgreSQL refused
+    /// the write's ranges: nothing was written; run the locking path.
+    Conflict,
+}
+
+/// The seven account counters, in column order, as `BIGINT` values.
+fn counters(account: &Account) -> Result<[i64; 7], Error> {
+    Ok([
+        db_i64(account.credited, "credited")?,
+        db_i64(account.available, "available")?,
+        db_i64(account.reserved, "reserved")?,
+        db_i64(account.consumed, "consumed")?,
+        db_i64(account.overage, "overage")?,
+        db_i64(account.billed, "billed")?,
+        db_i64(account.next_fence, "next_fence")?,
+    ])
+}
+
+/// The core's change to an account, counter by counter (`after - before`).
+/// Both sides are within `BIGINT`, so no difference overflows.
+fn difference(before: &Account, after: &Account) -> Result<[i64; 7], Error> {
+    let (before, after) = (counters(before)?, counters(after)?);
+    Ok(std::array::from_fn(|i| after[i] - before[i]))
+}
+
+/// Whether PostgreSQL refused a write for its values' ranges (22: data
+/// exception, such as `BIGINT` overflow; 23: integrity, such as a `CHECK`).
+fn out_of_range(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| code.starts_with("22") || code.starts_with("23")),
+        _ => false,
+    }
+}
+
+const READ_ACCOUNT_SQL: &str =
+    concat!("SELECT ", account_columns!(), " FROM tollgate_accounts a WHERE a.account_id = $1");
+
+const READ_HELD_LEASE_SQL: &str = concat!(
+    "SELECT ",
+    account_columns!(),
+    ", ",
+    lease_columns!(),
+    " FROM tollgate_leases l JOIN tollgate_accounts a ON a.account_id = l.account_id WHERE l.lease_id = $1"
+);
+
+const READ_DUE_SQL: &str = concat!(
+    "SELECT ",
+    account_columns!(),
+    ", ",
+    lease_columns!(),
+    " FROM tollgate_leases l JOIN tollgate_accounts a ON a.account_id = l.account_id \
+     WHERE l.state = 'active' AND (l.expiry_floor_us, l.expiry_submicro_ns) <= ($1, $2) \
+     ORDER BY l.expiry_floor_us, l.expiry_submicro_ns, l.lease_id LIMIT $3"
+);
+
+/// Stores the account's new counters and inserts the granted lease, only if
+/// every counter still holds what the core read ($2–$8).
+const ACQUIRE_IF_UNCHANGED_SQL: &str = "
+WITH account AS (
+    UPDATE tollgate_accounts AS a
+    SET credited = $9, available = $10, reserved = $11, consumed = $12, overage = $13,
+        billed = $14, next_fence = $15
+    WHERE a.account_id = $1
+      AND (a.credited, a.available, a.reserved, a.consumed, a.overage, a.billed, a.next_fence)
+          = ($2, $3, $4, $5, $6, $7, $8)
+    RETURNING a.account_id
+)
+INSERT INTO tollgate_leases (lease_id, account_id, fencing_token, capability_hash, granted, used,
+    state, expiry_floor_us, expiry_submicro_ns, expiry_is_upper_bound)
+SELECT $16, account.account_id, $17, $18, $19, $20, $21, $22, $23, $24
+FROM account";
+
+/// Settles every listed lease that is still active with the `used` the core
+/// read, whose account it can lock without waiting, and adds each settled
+/// lease's account change to its account. Returns the settled lease ids.
+const SETTLE_IF_UNCHANGED_SQL: &str = "
+WITH locked AS (
+    SELECT u.*
+    FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::int8[], $6::int8[], $7::int8[],
+                $8::int8[], $9::int8[], $10::int8[], $11::int8[])
+        AS u(account_id, lease_id, used, state, credited, available, reserved, consumed, overage,
+             billed, next_fence)
+    JOIN tollgate_accounts AS a ON a.account_id = u.account_id
+    ORDER BY a.account_id
+    FOR NO KEY UPDATE OF a SKIP LOCKED
+), settled AS (
+    UPDATE tollgate_leases AS l
+    SET state = k.state, settled_at = now()
+    FROM locked AS k
+    WHERE l.lease_id = k.lease_id
+      AND l.account_id = k.account_id
+      AND l.state = 'active'
+      AND l.used = k.used
+    RETURNING l.lease_id, l.account_id, k.credited, k.available, k.reserved, k.consumed,
+        k.overage, k.billed, k.next_fence
+), totals AS (
+    SELECT s.account_id, sum(s.credited) AS credited, sum(s.available) AS available,
+        sum(s.reserved) AS reserved, sum(s.consumed) AS consumed, sum(s.overage) AS overage,
+        sum(s.billed) AS billed, sum(s.next_fence) AS next_fence
+    FROM settled AS s
+    GROUP BY s.account_id
+), accounts AS (
+    UPDATE tollgate_accounts AS a
+    SET credited = a.credited + t.credited, available = a.available + t.available,
+        reserved = a.reserved + t.reserved, consumed = a.consumed + t.consumed,
+        overage = a.overage + t.overage, billed = a.billed + t.billed,
+        next_fence = a.next_fence + t.next_fence
+    FROM totals AS t
+    WHERE a.account_id = t.account_id
+    RETURNING 1
+)
+SELECT s.lease_id FROM settled AS s";
+
+/// A settlement the core decided on an unlocked read.
+struct Settling {
+    /// The lease as read: its id, account and `used` are compared.
+    before: Lease,
+    /// The state the core moved it to.
+    state: LeaseState,
+    /// The core's change to the lease's account.
+    difference: [i64; 7],
+}
+
+/// Writes `settling` with `SETTLE_IF_UNCHANGED_SQL`. `None` when PostgreSQL
+/// refused the write for its ranges (nothing was written).
+async fn settle_if_unchanged(conn: &mut PgConnection, settling: &[Settling]) -> Result<Option<HashSet<String>>, Error> {
+    let column = |i: usize| settling.iter().map(|s| s.difference[i]).collect::<Vec<i64>>();
+    let result = sqlx::query_scalar::<_, String>(SETTLE_IF_UNCHANGED_SQL)
+        .bind(settling.iter().map(|s| s.before.account_id.clone()).collect::<Vec<_>>())
+        .bind(settling.iter().map(|s| s.before.lease_id.clone()).collect::<Vec<_>>())
+        .bind(settling.iter().map(|s| db_i64(s.before.used, "lease_used")).collect::<Result<Vec<_>, _>>()?)
+        .bind(settling.iter().map(|s| s.state.as_str().to_owned()).collect::<Vec<_>>())
+        .bind(column(0))
+        .bind(column(1))
+        .bind(column(2))
+        .bind(column(3))
+        .bind(column(4))
+        .bind(column(5))
+        .bind(column(6))
+        .fetch_all(&mut *conn)
+        .await;
+    match result {
+        Ok(ids) => Ok(Some(ids.into_iter().collect())),
+        Err(error) if out_of_range(&error) => Ok(None),
+        Err(error) => Err(storage_error(error)),
+    }
+}
+
+impl PostgresStore {
+    pub(super) async fn acquire_unlocked(
+        &self,
+        account_id: &str,
+        units: u64,
+        ttl: SignedDuration,
+        now: Timestamp,
+    ) -> Result<Attempt<IssuedLease>, Error> {
+        if !storable(account_id) {
+            return Err(Error::AccountNotFound);
+        }
+        let mut conn = self.pool.acquire().await.map_err(storage_error)?;
+        let row: Option<AccountRow> = sqlx::query_as(READ_ACCOUNT_SQL)
+            .bind(account_id)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(storage_error)?;
+        let before = row.ok_or(Error::AccountNotFound)?.decode()?;
+        let mut account = before.clone();
+        let grant = ledger::acquire(&mut account, units, ttl, now, &self.policy, DOMAIN)?;
+        let issued = Self::issue(account_id, grant);
+        let lease = &issued.lease;
+        let expiry = InstantPair::encode(lease.expiry);
+        let mut query = sqlx::query(ACQUIRE_IF_UNCHANGED_SQL).bind(account_id);
+        for value in counters(&before)?.into_iter().chain(counters(&account)?) {
+            query = query.bind(value);
+        }
+        let written = query
+            .bind(&lease.lease_id)
+            .bind(db_i64(lease.fencing_token, "next_fence")?)
+            .bind(issued.capability.hash().as_bytes().to_vec())
+            .bind(db_i64(lease.granted, "granted")?)
+            .bind(db_i64(lease.used, "lease_used")?)
+            .bind(lease.state.as_str())
+            .bind(expiry.floor_us)
+            .bind(expiry.submicro_ns)
+            .bind(lease.expiry_is_upper_bound)
+            .execute(&mut *conn)
+            .await
+            .map_err(storage_error)?;
+        Ok(if written.rows_affected() == 1 { Attempt::Done(issued) } else { Attempt::Conflict })
+    }
+
+    pub(super) async fn release_unlocked(
+        &self,
+        lease_id: &str,
+        capability: &str,
+        now: Timestamp,
+    ) -> Result<Attempt<Released>, Error> {
+        let mut conn = self.pool.acquire().await.map_err(storage_error)?;
+        let row: Option<HeldLeaseRow> = sqlx::query_as(READ_HELD_LEASE_SQL)
+            .bind(lease_id)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(storage_error)?;
+        let row = row.ok_or(Error::LeaseNotFound)?;
+        let before_lease = held(Some(&row.lease.decode()?), capability)?;
+        let before = row.account.decode()?;
+        let (mut account, mut lease) = (before.clone(), before_lease.clone());
+        let settlement = ledger::release(&mut account, &mut lease, now, &self.policy, DOMAIN)?;
+        let settling =
+            Settling { state: lease.state, difference: difference(&before, &account)?, before: before_lease };
+        match settle_if_unchanged(&mut conn, std::slice::from_ref(&settling)).await? {
+            Some(settled) if settled.contains(lease_id) => Ok(Attempt::Done(Released { lease, settlement })),
+            _ => Ok(Attempt::Conflict),
+        }
+    }
+
+    /// One reclaim pass. Leases that changed since the read, or whose account
+    /// is busy, stay due for a later pass; `Conflict` only when PostgreSQL
+    /// refused the write's ranges.
+    pub(super) async fn reclaim_unlocked(
+        &self,
+        now: Timestamp,
+        cutoff: InstantPair,
+        limit: u32,
+    ) -> Result<Attempt<Vec<ReclaimedLease>>, Error> {
+        let mut conn = self.pool.acquire().await.map_err(storage_error)?;
+        let rows: Vec<HeldLeaseRow> = sqlx::query_as(READ_DUE_SQL)
+            .bind(cutoff.floor_us)
+            .bind(cutoff.submicro_ns)
+            .bind(i64::from(limit))
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(storage_error)?;
+        // One snapshot: every row of an account carries the same counters.
+        let mut accounts: BTreeMap<String, Account> = BTreeMap::new();
+        let mut due = Vec::with_capacity(rows.len());
+        for row in rows {
+            let lease = row.lease.decode()?.lease;
+            if !accounts.contains_key(&row.account.account_id) {
+                let account = row.account.decode()?;
+                accounts.insert(account.account_id.clone(), account);
+            }
+            due.push(lease);
+        }
+        due.sort_by(|a, b| (&a.account_id, &a.lease_id).cmp(&(&b.account_id, &b.lease_id)));
+
+        let mut settling = Vec::with_capacity(due.len());
+        let mut reclaimed = Vec::with_capacity(due.len());
+        for before_lease in due {
+            let Some(account) = accounts.get_mut(&before_lease.account_id) else {
+                return Err(super::corrupt(format!("lease {} read without its account", before_lease.lease_id)));
+            };
+            let before = account.clone();
+            let mut lease = before_lease.clone();
+            if let Some(settlement) = ledger::reclaim(account, &mut lease, now, &self.policy, DOMAIN)? {
+                reclaimed.push(ReclaimedLease {
+                    lease_id: lease.lease_id.clone(),
+                    account_id: lease.account_id.clone(),
+                    settlement,
+                });
+                settling.push(Settling {
+                    state: lease.state,
+                    difference: difference(&before, account)?,
+                    before: before_lease,
+                });
+            }
+        }
+        if settling.is_empty() {
+            return Ok(Attempt::Done(reclaimed));
+        }
+        let Some(settled) = settle_if_unchanged(&mut conn, &settling).await? else {
+            return Ok(Attempt::Conflict);
+        };
+        reclaimed.retain(|r| settled.contains(&r.lease_id));
+        Ok(Attempt::Done(reclaimed))
+    }
+}
