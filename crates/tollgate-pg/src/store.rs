@@ -108,6 +108,8 @@ pub enum ConnectError {
 pub struct PostgresStore {
     pool: PgPool,
     policy: GrantPolicy,
+    /// Rows as this server last wrote them: the unlocked path's first guess.
+    guesses: unlocked::Guesses,
     applied: Vec<AppliedMigration>,
     /// The test database this store lives in, dropped with the store.
     #[cfg(feature = "testing")]
@@ -140,6 +142,7 @@ impl PostgresStore {
         Ok(Self {
             pool,
             policy,
+            guesses: unlocked::Guesses::default(),
             applied,
             #[cfg(feature = "testing")]
             _test_db: None,

@@ -579,6 +579,48 @@ async fn a_reclaim_pass_leaves_a_lease_on_a_busy_account_due_for_the_next_pass()
     assert_conserved(&s).await;
 }
 
+/// A server writes from its last view of a row without reading it first. When
+/// another server changed the row meanwhile, that view is stale: the write
+/// changes nothing, and the operation decides on the committed row instead.
+/// Every answer here is the one the committed state dictates.
+#[tokio::test]
+async fn another_servers_changes_are_decided_on_never_a_stale_view() {
+    let db = TestDb::create().await;
+    let second_pool = db.new_pool(2).await;
+    let one = PostgresStore::on_test_db(db, policy(nanos(0))).await.unwrap();
+    let two = PostgresStore::from_pool(second_pool, policy(nanos(0))).await.unwrap();
+    funded(&one, "acct", 100).await;
+    let cred = credential(&one, "acct").await;
+    let hour = nanos(3_600_000_000_000);
+
+    // One's view after this: available 90, next fence 2.
+    let first = one.acquire("acct", 10, hour, ts(T0)).await.unwrap();
+    // Two takes fence 2 and 85 units; one's view is stale.
+    assert_eq!(two.acquire("acct", 85, hour, ts(T0)).await.unwrap().lease.fencing_token, 2);
+    assert_eq!(
+        one.acquire("acct", 10, hour, ts(T0)).await.map(|l| l.lease.fencing_token),
+        Err(Error::InsufficientBalance { available: 5, requested: 10 }),
+        "refused on the committed balance, not granted on the view"
+    );
+    // Two credits 200; one's view (5 available) would refuse 150.
+    two.credit("acct", "more", 200).await.unwrap();
+    let granted = one.acquire("acct", 150, hour, ts(T0)).await.expect("granted on the committed balance");
+    assert_eq!(granted.lease.fencing_token, 3);
+
+    // Usage reported through two; one releases from its view of `used` = 0.
+    outcomes(two.ingest(vec![event("u-1", "acct", &cred, 4, Some(&first))], ts(T0)).await);
+    let released = one.release(&first.lease.lease_id, first.capability.expose(), ts(T0)).await.unwrap();
+    assert_eq!((released.lease.used, released.settlement.charged, released.settlement.returned), (4, 4, 6));
+    // Two released a lease one still thinks active.
+    two.release(&granted.lease.lease_id, granted.capability.expose(), ts(T0)).await.unwrap();
+    assert_eq!(
+        one.release(&granted.lease.lease_id, granted.capability.expose(), ts(T0)).await.map(|_| ()),
+        Err(Error::LeaseNotActive { state: LeaseState::Released })
+    );
+    assert_eq!(counters(&one, "acct").await, (300, 211, 85, 4, 0, 4, 4));
+    assert_conserved(&one).await;
+}
+
 /// Every store connection plans generically (its settings come in the
 /// startup packet), so no prepared statement is re-planned per execution.
 #[tokio::test]

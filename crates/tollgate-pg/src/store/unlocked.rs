@@ -42,15 +42,18 @@
 //! lease holds its account's lock first, it never waits on a lease lock
 //! either, except behind a locking reclaim pass, which itself never waits.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Mutex, PoisonError};
 
 use jiff::{SignedDuration, Timestamp};
 use sqlx::PgConnection;
 use tollgate_core::ledger::{self, LeaseState};
-use tollgate_core::{Account, Error, InstantPair, Lease};
+use tollgate_core::{Account, Error, InstantPair, Lease, SecretHash};
 use tollgate_store::{IssuedLease, ReclaimedLease, Released};
 
-use super::{AccountRow, DOMAIN, HeldLeaseRow, PostgresStore, db_i64, held, storable, storage_error};
+use super::{
+    AccountRow, DOMAIN, HeldLeaseRow, LeaseRecord, LeaseRow, PostgresStore, db_i64, held, storable, storage_error,
+};
 
 /// What an attempt on the unlocked path came to.
 pub(super) enum Attempt<T> {
@@ -59,6 +62,101 @@ pub(super) enum Attempt<T> {
     /// The rows changed between the read and the write, or PostgreSQL refused
     /// the write's ranges: nothing was written; run the locking path.
     Conflict,
+}
+
+/// Writes an attempt may make before it gives way to the locking path: the
+/// first on a guess or a read, the second on the row the first one found.
+const WRITES_MAX: u32 = 2;
+
+/// Entries each map of `Guesses` holds; a full map is emptied and refilled.
+pub const GUESSES_MAX: usize = 65_536;
+
+/// Accounts and active leases as this server last wrote them: the first guess
+/// of the unlocked path, which then writes without reading first. A guess is
+/// never an answer: the write compares it with the row, and one that is stale
+/// (another server or another kind of operation changed the row) costs one
+/// write that changes nothing and returns the committed row, which is then
+/// decided on. A refusal of a guess is never returned either; the committed
+/// row is read and decided on instead. So guesses change how many round trips
+/// an operation takes, never its result. Bounded: `GUESSES_MAX` entries each.
+#[derive(Default)]
+pub(super) struct Guesses {
+    accounts: Mutex<HashMap<String, Account>>,
+    leases: Mutex<HashMap<String, (Lease, SecretHash)>>,
+}
+
+fn locked<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding the lock leaves at worst a stale guess.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn remember<V>(map: &Mutex<HashMap<String, V>>, key: &str, value: V) {
+    let mut map = locked(map);
+    if map.len() >= GUESSES_MAX && !map.contains_key(key) {
+        map.clear();
+    }
+    map.insert(key.to_owned(), value);
+}
+
+impl Guesses {
+    fn account(&self, account_id: &str) -> Option<Account> {
+        locked(&self.accounts).get(account_id).cloned()
+    }
+
+    /// A lease with its capability hash, and its account.
+    fn held(&self, lease_id: &str) -> Option<(Account, LeaseRecord)> {
+        let (lease, capability) = locked(&self.leases).get(lease_id).cloned()?;
+        let account = self.account(&lease.account_id)?;
+        Some((account, LeaseRecord { lease, capability }))
+    }
+
+    fn remember_account(&self, account: Account) {
+        remember(&self.accounts, &account.account_id.clone(), account);
+    }
+
+    fn remember_lease(&self, lease: &Lease, capability: SecretHash) {
+        remember(&self.leases, &lease.lease_id, (lease.clone(), capability));
+    }
+
+    fn forget_lease(&self, lease_id: &str) {
+        locked(&self.leases).remove(lease_id);
+    }
+
+    fn forget(&self, account_id: &str, lease_id: Option<&str>) {
+        locked(&self.accounts).remove(account_id);
+        if let Some(lease_id) = lease_id {
+            self.forget_lease(lease_id);
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct WrittenAccountRow {
+    written: i64,
+    #[sqlx(flatten)]
+    account: AccountRow,
+}
+
+#[derive(sqlx::FromRow)]
+struct WrittenHeldRow {
+    written: i64,
+    #[sqlx(flatten)]
+    account: AccountRow,
+    #[sqlx(flatten)]
+    lease: LeaseRow,
+}
+
+async fn read_account(conn: &mut PgConnection, account_id: &str) -> Result<Account, Error> {
+    let row: Option<AccountRow> =
+        sqlx::query_as(READ_ACCOUNT_SQL).bind(account_id).fetch_optional(&mut *conn).await.map_err(storage_error)?;
+    row.ok_or(Error::AccountNotFound)?.decode()
+}
+
+async fn read_held(conn: &mut PgConnection, lease_id: &str) -> Result<(Account, LeaseRecord), Error> {
+    let row: Option<HeldLeaseRow> =
+        sqlx::query_as(READ_HELD_LEASE_SQL).bind(lease_id).fetch_optional(&mut *conn).await.map_err(storage_error)?;
+    let row = row.ok_or(Error::LeaseNotFound)?;
+    Ok((row.account.decode()?, row.lease.decode()?))
 }
 
 /// The seven account counters, in column order, as `BIGINT` values.
@@ -112,8 +210,11 @@ const READ_DUE_SQL: &str = concat!(
 );
 
 /// Stores the account's new counters and inserts the granted lease, only if
-/// every counter still holds what the core read ($2–$8).
-const ACQUIRE_IF_UNCHANGED_SQL: &str = "
+/// every counter still holds what the core decided on ($2–$8). Returns
+/// whether it wrote, and the account as the statement found it (its snapshot,
+/// from before the write), for deciding again when it did not.
+const ACQUIRE_IF_UNCHANGED_SQL: &str = concat!(
+    "
 WITH account AS (
     UPDATE tollgate_accounts AS a
     SET credited = $9, available = $10, reserved = $11, consumed = $12, overage = $13,
@@ -122,11 +223,61 @@ WITH account AS (
       AND (a.credited, a.available, a.reserved, a.consumed, a.overage, a.billed, a.next_fence)
           = ($2, $3, $4, $5, $6, $7, $8)
     RETURNING a.account_id
+), granted AS (
+    INSERT INTO tollgate_leases (lease_id, account_id, fencing_token, capability_hash, granted,
+        used, state, expiry_floor_us, expiry_submicro_ns, expiry_is_upper_bound)
+    SELECT $16, account.account_id, $17, $18, $19, $20, $21, $22, $23, $24
+    FROM account
+    RETURNING 1
 )
-INSERT INTO tollgate_leases (lease_id, account_id, fencing_token, capability_hash, granted, used,
-    state, expiry_floor_us, expiry_submicro_ns, expiry_is_upper_bound)
-SELECT $16, account.account_id, $17, $18, $19, $20, $21, $22, $23, $24
-FROM account";
+SELECT (SELECT count(*) FROM granted) AS written, ",
+    account_columns!(),
+    " FROM tollgate_accounts a WHERE a.account_id = $1"
+);
+
+/// Settles one lease if every column of its row still holds what the core
+/// decided on ($1–$3, $12–$17; `state` must be active), under its account's
+/// lock taken without waiting, and adds the lease's account change ($5–$11) to
+/// the account. When $18 is true the account's counters must also still be
+/// $19–$25: a guess was never decoded from the row, so only a row equal to
+/// it in every column is known to be well-formed. Returns whether it wrote,
+/// and the lease and account as the statement found them (its snapshot).
+const RELEASE_IF_UNCHANGED_SQL: &str = concat!(
+    "
+WITH locked AS (
+    SELECT a.account_id
+    FROM tollgate_accounts AS a
+    WHERE a.account_id = $2
+      AND (NOT $18::bool
+           OR (a.credited, a.available, a.reserved, a.consumed, a.overage, a.billed, a.next_fence)
+              = ($19, $20, $21, $22, $23, $24, $25))
+    FOR NO KEY UPDATE SKIP LOCKED
+), settled AS (
+    UPDATE tollgate_leases AS l
+    SET state = $4, settled_at = now()
+    FROM locked
+    WHERE l.lease_id = $1
+      AND l.account_id = locked.account_id
+      AND l.state = 'active'
+      AND l.used = $3
+      AND (l.fencing_token, l.capability_hash, l.granted, l.expiry_floor_us, l.expiry_submicro_ns,
+           l.expiry_is_upper_bound) = ($12, $13, $14, $15, $16, $17)
+    RETURNING l.account_id
+), accounts AS (
+    UPDATE tollgate_accounts AS a
+    SET credited = a.credited + $5, available = a.available + $6, reserved = a.reserved + $7,
+        consumed = a.consumed + $8, overage = a.overage + $9, billed = a.billed + $10,
+        next_fence = a.next_fence + $11
+    FROM settled
+    WHERE a.account_id = settled.account_id
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM accounts) AS written, ",
+    account_columns!(),
+    ", ",
+    lease_columns!(),
+    " FROM tollgate_leases l JOIN tollgate_accounts a ON a.account_id = l.account_id WHERE l.lease_id = $1"
+);
 
 /// Settles every listed lease that is still active with the `used` the core
 /// read, whose account it can lock without waiting, and adds each settled
@@ -216,35 +367,60 @@ impl PostgresStore {
             return Err(Error::AccountNotFound);
         }
         let mut conn = self.pool.acquire().await.map_err(storage_error)?;
-        let row: Option<AccountRow> = sqlx::query_as(READ_ACCOUNT_SQL)
-            .bind(account_id)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(storage_error)?;
-        let before = row.ok_or(Error::AccountNotFound)?.decode()?;
-        let mut account = before.clone();
-        let grant = ledger::acquire(&mut account, units, ttl, now, &self.policy, DOMAIN)?;
-        let issued = Self::issue(account_id, grant);
-        let lease = &issued.lease;
-        let expiry = InstantPair::encode(lease.expiry);
-        let mut query = sqlx::query(ACQUIRE_IF_UNCHANGED_SQL).bind(account_id);
-        for value in counters(&before)?.into_iter().chain(counters(&account)?) {
-            query = query.bind(value);
+        let (mut before, mut guessed) = match self.guesses.account(account_id) {
+            Some(guess) => (guess, true),
+            None => (read_account(&mut conn, account_id).await?, false),
+        };
+        let mut writes = 0;
+        loop {
+            let mut account = before.clone();
+            let grant = match ledger::acquire(&mut account, units, ttl, now, &self.policy, DOMAIN) {
+                Ok(grant) => grant,
+                // A refusal of a guess proves nothing: decide on what is committed.
+                Err(_) if std::mem::take(&mut guessed) => {
+                    before = read_account(&mut conn, account_id).await?;
+                    continue;
+                }
+                Err(refusal) => return Err(refusal),
+            };
+            let issued = Self::issue(account_id, grant);
+            let lease = &issued.lease;
+            let expiry = InstantPair::encode(lease.expiry);
+            let mut query = sqlx::query_as::<_, WrittenAccountRow>(ACQUIRE_IF_UNCHANGED_SQL).bind(account_id);
+            for value in counters(&before)?.into_iter().chain(counters(&account)?) {
+                query = query.bind(value);
+            }
+            let found = query
+                .bind(&lease.lease_id)
+                .bind(db_i64(lease.fencing_token, "next_fence")?)
+                .bind(issued.capability.hash().as_bytes().to_vec())
+                .bind(db_i64(lease.granted, "granted")?)
+                .bind(db_i64(lease.used, "lease_used")?)
+                .bind(lease.state.as_str())
+                .bind(expiry.floor_us)
+                .bind(expiry.submicro_ns)
+                .bind(lease.expiry_is_upper_bound)
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(storage_error)?;
+            let Some(found) = found else {
+                self.guesses.forget(account_id, None);
+                return Err(Error::AccountNotFound);
+            };
+            if found.written == 1 {
+                self.guesses.remember_account(account);
+                self.guesses.remember_lease(lease, issued.capability.hash());
+                return Ok(Attempt::Done(issued));
+            }
+            writes += 1;
+            if writes == WRITES_MAX {
+                self.guesses.forget(account_id, None);
+                return Ok(Attempt::Conflict);
+            }
+            // Committed, as of the write's snapshot: what to decide on next.
+            before = found.account.decode()?;
+            guessed = false;
         }
-        let written = query
-            .bind(&lease.lease_id)
-            .bind(db_i64(lease.fencing_token, "next_fence")?)
-            .bind(issued.capability.hash().as_bytes().to_vec())
-            .bind(db_i64(lease.granted, "granted")?)
-            .bind(db_i64(lease.used, "lease_used")?)
-            .bind(lease.state.as_str())
-            .bind(expiry.floor_us)
-            .bind(expiry.submicro_ns)
-            .bind(lease.expiry_is_upper_bound)
-            .execute(&mut *conn)
-            .await
-            .map_err(storage_error)?;
-        Ok(if written.rows_affected() == 1 { Attempt::Done(issued) } else { Attempt::Conflict })
     }
 
     pub(super) async fn release_unlocked(
@@ -254,21 +430,75 @@ impl PostgresStore {
         now: Timestamp,
     ) -> Result<Attempt<Released>, Error> {
         let mut conn = self.pool.acquire().await.map_err(storage_error)?;
-        let row: Option<HeldLeaseRow> = sqlx::query_as(READ_HELD_LEASE_SQL)
-            .bind(lease_id)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(storage_error)?;
-        let row = row.ok_or(Error::LeaseNotFound)?;
-        let before_lease = held(Some(&row.lease.decode()?), capability)?;
-        let before = row.account.decode()?;
-        let (mut account, mut lease) = (before.clone(), before_lease.clone());
-        let settlement = ledger::release(&mut account, &mut lease, now, &self.policy, DOMAIN)?;
-        let settling =
-            Settling { state: lease.state, difference: difference(&before, &account)?, before: before_lease };
-        match settle_if_unchanged(&mut conn, std::slice::from_ref(&settling)).await? {
-            Some(settled) if settled.contains(lease_id) => Ok(Attempt::Done(Released { lease, settlement })),
-            _ => Ok(Attempt::Conflict),
+        let (mut account_before, mut record, mut guessed) = match self.guesses.held(lease_id) {
+            Some((account, record)) => (account, record, true),
+            None => {
+                let (account, record) = read_held(&mut conn, lease_id).await?;
+                (account, record, false)
+            }
+        };
+        let mut writes = 0;
+        loop {
+            let decided = held(Some(&record), capability).and_then(|lease_before| {
+                let (mut account, mut lease) = (account_before.clone(), lease_before.clone());
+                let settlement = ledger::release(&mut account, &mut lease, now, &self.policy, DOMAIN)?;
+                Ok((lease_before, account, lease, settlement))
+            });
+            let (lease_before, account, lease, settlement) = match decided {
+                Ok(decided) => decided,
+                // A refusal of a guess proves nothing: decide on what is committed.
+                Err(_) if std::mem::take(&mut guessed) => {
+                    (account_before, record) = read_held(&mut conn, lease_id).await?;
+                    continue;
+                }
+                Err(refusal) => return Err(refusal),
+            };
+            let mut query = sqlx::query_as::<_, WrittenHeldRow>(RELEASE_IF_UNCHANGED_SQL)
+                .bind(lease_id)
+                .bind(&lease_before.account_id)
+                .bind(db_i64(lease_before.used, "lease_used")?)
+                .bind(lease.state.as_str());
+            for value in difference(&account_before, &account)? {
+                query = query.bind(value);
+            }
+            let expiry = InstantPair::encode(lease_before.expiry);
+            query = query
+                .bind(db_i64(lease_before.fencing_token, "fencing_token")?)
+                .bind(record.capability.as_bytes().to_vec())
+                .bind(db_i64(lease_before.granted, "granted")?)
+                .bind(expiry.floor_us)
+                .bind(expiry.submicro_ns)
+                .bind(lease_before.expiry_is_upper_bound)
+                .bind(guessed);
+            for value in counters(&account_before)? {
+                query = query.bind(value);
+            }
+            let found = match query.fetch_optional(&mut *conn).await {
+                Ok(found) => found,
+                Err(error) if out_of_range(&error) => {
+                    self.guesses.forget(&lease_before.account_id, Some(lease_id));
+                    return Ok(Attempt::Conflict);
+                }
+                Err(error) => return Err(storage_error(error)),
+            };
+            let Some(found) = found else {
+                self.guesses.forget(&lease_before.account_id, Some(lease_id));
+                return Err(Error::LeaseNotFound);
+            };
+            if found.written == 1 {
+                self.guesses.forget_lease(lease_id);
+                self.guesses.remember_account(account);
+                return Ok(Attempt::Done(Released { lease, settlement }));
+            }
+            writes += 1;
+            if writes == WRITES_MAX {
+                self.guesses.forget(&lease_before.account_id, Some(lease_id));
+                return Ok(Attempt::Conflict);
+            }
+            // Committed, as of the write's snapshot: what to decide on next.
+            account_before = found.account.decode()?;
+            record = found.lease.decode()?;
+            guessed = false;
         }
     }
 
@@ -330,6 +560,9 @@ impl PostgresStore {
             return Ok(Attempt::Conflict);
         };
         reclaimed.retain(|r| settled.contains(&r.lease_id));
+        for r in &reclaimed {
+            self.guesses.forget(&r.account_id, Some(&r.lease_id));
+        }
         Ok(Attempt::Done(reclaimed))
     }
 }
