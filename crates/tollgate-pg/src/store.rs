@@ -7,9 +7,10 @@
 //! - the locking path: a locking read and one write statement inside one
 //!   transaction per operation;
 //! - the unlocked path (`unlocked`), which acquire, release and reclaim try
-//!   first: a plain read, then one autocommitted write that applies the
-//!   decision only if the rows it depended on are unchanged, falling back to the
-//!   locking path when they changed.
+//!   first: the core decides on the rows as this server last wrote them, or
+//!   as a plain read returns them, and one autocommitted write applies the
+//!   decision only if the rows it depended on are unchanged, falling back to
+//!   the locking path when they keep changing.
 //!
 //! Locks are taken in one global order so that no two operations can wait on
 //! each other in a cycle: account rows first (in `account_id` order), then

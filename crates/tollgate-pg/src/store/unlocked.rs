@@ -1,25 +1,30 @@
-//! The unlocked path: acquire, release and reclaim in two round trips each.
+//! The unlocked path: acquire and release in one round trip when this server
+//! last wrote the rows, two otherwise; a reclaim pass in two.
 //!
 //! The locking path spends four round trips on an operation: BEGIN, a locking
 //! read, the write, COMMIT, each waited for in turn, since a transaction's
-//! statements cannot be sent before its BEGIN is answered. On this path the
-//! same operation is two autocommitted statements on one connection:
+//! statements cannot be sent before its BEGIN is answered. On this path an
+//! operation is autocommitted statements on one connection:
 //!
-//! 1. an ordinary read of the rows the core needs (no lock, no transaction):
-//!    a committed state, as of the statement's snapshot;
-//! 2. the core decides on that state, exactly as on the locking path;
-//! 3. one write that applies the decision only if the rows it depended on are
-//!    still as read, under row locks taken in the global order (account
-//!    before lease), re-checked by PostgreSQL on the newest row version.
+//! 1. a view of the rows the core needs: the rows as this server last wrote
+//!    them (`Guesses`), or else an ordinary read (no lock, no transaction),
+//!    which is a committed state as of the statement's snapshot;
+//! 2. the core decides on that view, exactly as on the locking path;
+//! 3. one write that applies the decision only if the rows it depended on
+//!    still hold what the view showed, under row locks taken in the global
+//!    order (account before lease), re-checked by PostgreSQL on the newest row
+//!    version. It also returns the rows as its snapshot found them.
 //!
-//! A refusal by the core is final: it was decided on a committed state, so
-//! the operation takes effect (as a refusal) at the read. A write that finds
-//! its rows changed writes nothing and reports a conflict; the caller then
-//! runs the locking path, which waits for the rows and decides again. So the
-//! result is always one the locking path could have produced, and under
-//! contention the operation costs two round trips more, never a wrong answer.
+//! A refusal by the core on a read is final: it was decided on a committed
+//! state, so the operation takes effect (as a refusal) at the read. A refusal
+//! on a remembered view is not: the committed rows are read and decided on. A
+//! write that finds its rows changed writes nothing; the core decides again on
+//! the rows it returned, and after a second such write the caller runs the
+//! locking path, which waits for the rows and decides again. So the result is
+//! always one the locking path could have produced; a stale view or
+//! contention costs round trips, never a wrong answer.
 //!
-//! What "as read" means differs by operation, and is the whole argument:
+//! What "unchanged" means differs by operation, and is the whole argument:
 //!
 //! - **Acquire** depends on every counter of the account (the balance, the
 //!   fence, and the ranges of the others), so the write compares all seven
@@ -34,13 +39,18 @@
 //!   range checks on the account are repeated by PostgreSQL: the columns'
 //!   `CHECK (… >= 0)` and `BIGINT`'s own range. A write that would leave them
 //!   fails as a whole, and the locking path then gives the core's own answer.
+//! - **A remembered view** was never decoded from the row, so it cannot vouch
+//!   that the row is well-formed. A write from one compares every column of
+//!   the rows it used (release: the account's counters too); a row that
+//!   differs is returned and decoded, and a corrupt one is reported as
+//!   `storage_corrupt` exactly as a read would have.
 //!
-//! The settling write locks the accounts with `SKIP LOCKED`: a lease whose
+//! The settling writes lock the accounts with `SKIP LOCKED`: a lease whose
 //! account another transaction holds is left as it is (for release, that is
-//! a conflict; for reclaim, the lease stays due for the next pass), so this
-//! path never waits on an account lock, and, since every other writer of a
-//! lease holds its account's lock first, it never waits on a lease lock
-//! either, except behind a locking reclaim pass, which itself never waits.
+//! a conflict; for reclaim, the lease stays due for the next pass), so they
+//! never wait on an account lock, and, since every other writer of a lease
+//! holds its account's lock first, never on a lease lock either, except
+//! behind a locking reclaim pass, which itself never waits.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Mutex, PoisonError};
