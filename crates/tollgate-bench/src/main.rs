@@ -35,6 +35,9 @@ enum Command {
         seconds: f64,
         #[arg(long, default_value_t = 8)]
         tasks: u32,
+        /// Threads driving the tasks, as pgbench's `-j` on the baseline side.
+        #[arg(long, default_value_t = 1)]
+        client_threads: usize,
     },
     /// PostgresStore::ingest of 1000-event batches; events per second.
     PgIngest {
@@ -93,11 +96,19 @@ enum Command {
     Report(report::ReportArgs),
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
+fn main() -> anyhow::Result<()> {
+    let command = Cli::parse().command;
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Command::PgLease { client_threads, .. } = &command {
+        runtime.worker_threads((*client_threads).max(1));
+    }
+    runtime.enable_all().build()?.block_on(run(command))
+}
+
+async fn run(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::PgSetup { database_url } => pg::setup(&database_url).await?,
-        Command::PgLease { database_url, seconds, tasks } => {
+        Command::PgLease { database_url, seconds, tasks, client_threads: _ } => {
             println!("{}", pg::lease_cycle(&database_url, seconds, tasks).await?.line());
         }
         Command::PgIngest { database_url, seconds, run_tag } => {

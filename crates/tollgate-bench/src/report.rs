@@ -52,8 +52,8 @@ const PAIRS: &[Pair] = &[
         path: "PostgreSQL lease cycle",
         unit: "cycles/s",
         target: 0.80,
-        tollgate: "`PostgresStore` acquire + release, 8 tasks, 1000 accounts",
-        baseline: "`pgbench -M prepared -c 8`, `bench/sql/lease_cycle.sql`",
+        tollgate: "`PostgresStore` acquire + release, 8 tasks on 1 client thread, 1000 accounts",
+        baseline: "`pgbench -M prepared -c 8 -j 1`, `bench/sql/lease_cycle.sql`",
     },
     Pair {
         key: "pg_ingest",

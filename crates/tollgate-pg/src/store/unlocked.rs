@@ -69,8 +69,8 @@ use super::{
 pub(super) enum Attempt<T> {
     /// Decided and, if it changed anything, written.
     Done(T),
-    /// The rows changed between the read and the write, or PostgreSQL refused
-    /// the write's ranges: nothing was written; run the locking path.
+    /// Each write found its rows changed, or PostgreSQL refused a write's
+    /// ranges: nothing was written; run the locking path.
     Conflict,
 }
 
@@ -79,7 +79,7 @@ pub(super) enum Attempt<T> {
 const WRITES_MAX: u32 = 2;
 
 /// Entries each map of `Guesses` holds; a full map is emptied and refilled.
-pub const GUESSES_MAX: usize = 65_536;
+const GUESSES_MAX: usize = 65_536;
 
 /// Accounts and active leases as this server last wrote them: the first guess
 /// of the unlocked path, which then writes without reading first. A guess is
@@ -574,5 +574,24 @@ impl PostgresStore {
             self.guesses.forget(&r.account_id, Some(&r.lease_id));
         }
         Ok(Attempt::Done(reclaimed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guesses_stay_within_their_bound_and_keep_the_newest() {
+        let guesses = Guesses::default();
+        for i in 0..=GUESSES_MAX {
+            guesses.remember_account(Account::new(format!("a{i}")));
+        }
+        assert!(locked(&guesses.accounts).len() <= GUESSES_MAX);
+        assert!(guesses.account(&format!("a{GUESSES_MAX}")).is_some());
+        // Replacing a remembered row never empties the map.
+        let before = locked(&guesses.accounts).len();
+        guesses.remember_account(Account::new(format!("a{GUESSES_MAX}")));
+        assert_eq!(locked(&guesses.accounts).len(), before);
     }
 }
