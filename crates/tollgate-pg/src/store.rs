@@ -72,28 +72,32 @@ impl Default for PgStoreConfig {
     }
 }
 
-/// The pool settings of every `PostgresStore` pool.
+/// Opens a pool with the settings every `PostgresStore` pool has.
 ///
 /// No ping before each use (sqlx's `test_before_acquire`): it would cost every
 /// operation a round trip. A connection that broke while idle fails the one
 /// operation that next uses it, as `storage_unavailable` (retryable, nothing
 /// applied), and the pool drops it.
-pub fn pool_options(connections_max: u32, acquire_timeout: Duration) -> PgPoolOptions {
-    PgPoolOptions::new().max_connections(connections_max).acquire_timeout(acquire_timeout).test_before_acquire(false)
-}
-
-/// The session settings of every `PostgresStore` connection, sent in the
-/// startup packet (no round trip).
 ///
-/// `plan_cache_mode = force_generic_plan`: each statement here has one fixed
+/// Each connection starts with `plan_cache_mode = force_generic_plan`, sent in
+/// the startup packet (no round trip): each statement here has one fixed
 /// shape, keyed by primary keys or by `unnest` of parameter arrays, so its
 /// plan does not depend on the values bound. PostgreSQL's default re-plans a
 /// prepared statement for its values on each of its first executions and
 /// keeps doing so when the generic plan's estimate looks no cheaper, which for
 /// the array statements it never does; on the lease cycle that planning cost
 /// about as much as executing the write (`bench/ANALYSIS.md`).
-pub fn session_options(options: PgConnectOptions) -> PgConnectOptions {
-    options.options([("plan_cache_mode", "force_generic_plan")])
+pub async fn connect_pool(
+    options: PgConnectOptions,
+    connections_max: u32,
+    acquire_timeout: Duration,
+) -> Result<PgPool, sqlx::Error> {
+    PgPoolOptions::new()
+        .max_connections(connections_max)
+        .acquire_timeout(acquire_timeout)
+        .test_before_acquire(false)
+        .connect_with(options.options([("plan_cache_mode", "force_generic_plan")]))
+        .await
 }
 
 /// Why a `PostgresStore` could not start.
@@ -129,15 +133,14 @@ impl PostgresStore {
     /// `Store::pin_reclaim_grace`.
     pub async fn connect_with(url: &str, policy: GrantPolicy, config: PgStoreConfig) -> Result<Self, ConnectError> {
         let options: PgConnectOptions = url.parse().map_err(ConnectError::Unavailable)?;
-        let pool = pool_options(config.connections_max, config.acquire_timeout)
-            .connect_with(session_options(options))
+        let pool = connect_pool(options, config.connections_max, config.acquire_timeout)
             .await
             .map_err(ConnectError::Unavailable)?;
         Self::from_pool(pool, policy).await
     }
 
-    /// `connect_with` over an existing pool, which should be built with
-    /// `pool_options` and `session_options` as `connect_with`'s is.
+    /// `connect_with` over an existing pool, which should be opened with
+    /// `connect_pool` as `connect_with`'s is.
     pub async fn from_pool(pool: PgPool, policy: GrantPolicy) -> Result<Self, ConnectError> {
         let applied = migrations::apply(&pool).await?;
         Ok(Self {

@@ -12,7 +12,7 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, PgConnection, PgPool};
 
 use crate::migrations::{self, AppliedMigration, MigrationError};
-use crate::store::{pool_options, session_options};
+use crate::store::connect_pool;
 
 /// Every database this harness creates starts with this prefix, followed by
 /// its creation time in Unix seconds and a random suffix.
@@ -73,8 +73,7 @@ impl TestDb {
             .unwrap_or_else(|e| panic!("cannot CREATE DATABASE {name} on {server_url}: {e}"));
         let _ = maintenance.close().await;
 
-        let pool = pool_options(POOL_CONNECTIONS_MAX, Duration::from_secs(30))
-            .connect_with(session_options(server.clone().database(&name)))
+        let pool = connect_pool(server.clone().database(&name), POOL_CONNECTIONS_MAX, Duration::from_secs(30))
             .await
             .unwrap_or_else(|e| panic!("cannot connect to the new test database {name}: {e}"));
 
@@ -121,8 +120,7 @@ impl TestDb {
 
     /// Opens a separate pool on the same database, as a second server would.
     pub async fn new_pool(&self, connections_max: u32) -> PgPool {
-        pool_options(connections_max, Duration::from_secs(30))
-            .connect_with(session_options(self.connect_options()))
+        connect_pool(self.connect_options(), connections_max, Duration::from_secs(30))
             .await
             .unwrap_or_else(|e| panic!("cannot open another pool on {}: {e}", self.name))
     }
