@@ -243,6 +243,19 @@ macro_rules! credential_columns {
     };
 }
 
+/// A lease with its account, for the reads that settle it.
+macro_rules! held_lease_select {
+    () => {
+        concat!(
+            "SELECT ",
+            account_columns!(),
+            ", ",
+            lease_columns!(),
+            " FROM tollgate_leases l JOIN tollgate_accounts a ON a.account_id = l.account_id"
+        )
+    };
+}
+
 mod unlocked;
 
 use unlocked::Attempt;
@@ -540,21 +553,34 @@ async fn persist(conn: &mut PgConnection, changes: &Changes<'_>) -> Result<(), E
 
 // ------------------------------------------------------------------ loading
 
-/// Locks one account.
-async fn lock_account(conn: &mut PgConnection, account_id: &str) -> Result<Account, Error> {
+/// Loads one account with `sql`, a read by `account_id` ($1) that may lock it.
+async fn load_account(conn: &mut PgConnection, sql: &'static str, account_id: &str) -> Result<Account, Error> {
     if !storable(account_id) {
         return Err(Error::AccountNotFound);
     }
-    let row: Option<AccountRow> = sqlx::query_as(concat!(
-        "SELECT ",
-        account_columns!(),
-        " FROM tollgate_accounts a WHERE a.account_id = $1 FOR NO KEY UPDATE"
-    ))
-    .bind(account_id)
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(storage_error)?;
+    let row: Option<AccountRow> =
+        sqlx::query_as(sql).bind(account_id).fetch_optional(&mut *conn).await.map_err(storage_error)?;
     row.ok_or(Error::AccountNotFound)?.decode()
+}
+
+/// Locks one account.
+async fn lock_account(conn: &mut PgConnection, account_id: &str) -> Result<Account, Error> {
+    let sql =
+        concat!("SELECT ", account_columns!(), " FROM tollgate_accounts a WHERE a.account_id = $1 FOR NO KEY UPDATE");
+    load_account(conn, sql, account_id).await
+}
+
+/// Loads a lease and its account with `sql`, a `held_lease_select!` by
+/// `lease_id` ($1) that may lock both.
+async fn load_held(
+    conn: &mut PgConnection,
+    sql: &'static str,
+    lease_id: &str,
+) -> Result<(Account, LeaseRecord), Error> {
+    let row: Option<HeldLeaseRow> =
+        sqlx::query_as(sql).bind(lease_id).fetch_optional(&mut *conn).await.map_err(storage_error)?;
+    let row = row.ok_or(Error::LeaseNotFound)?;
+    Ok((row.account.decode()?, row.lease.decode()?))
 }
 
 /// What locking an account another transaction holds does.
@@ -874,21 +900,9 @@ impl Store for PostgresStore {
         let result: Result<Released, Error> = async {
             // One locking read for both rows; the OF clauses lock the account
             // before the lease, the global lock order.
-            let row: Option<HeldLeaseRow> = sqlx::query_as(concat!(
-                "SELECT ",
-                account_columns!(),
-                ", ",
-                lease_columns!(),
-                " FROM tollgate_leases l JOIN tollgate_accounts a ON a.account_id = l.account_id \
-             WHERE l.lease_id = $1 FOR NO KEY UPDATE OF a FOR UPDATE OF l"
-            ))
-            .bind(lease_id)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(storage_error)?;
-            let row = row.ok_or(Error::LeaseNotFound)?;
-            let mut lease = held(Some(&row.lease.decode()?), capability)?;
-            let mut account = row.account.decode()?;
+            let sql = concat!(held_lease_select!(), " WHERE l.lease_id = $1 FOR NO KEY UPDATE OF a FOR UPDATE OF l");
+            let (mut account, record) = load_held(&mut tx, sql, lease_id).await?;
+            let mut lease = held(Some(&record), capability)?;
             let settlement = ledger::release(&mut account, &mut lease, now, &self.policy, DOMAIN)?;
             let changes = Changes { accounts: vec![account], leases: vec![lease.clone()], ..Changes::default() };
             persist(&mut tx, &changes).await?;

@@ -62,7 +62,8 @@ use tollgate_core::{Account, Error, InstantPair, Lease, SecretHash};
 use tollgate_store::{IssuedLease, ReclaimedLease, Released};
 
 use super::{
-    AccountRow, DOMAIN, HeldLeaseRow, LeaseRecord, LeaseRow, PostgresStore, db_i64, held, storable, storage_error,
+    AccountRow, DOMAIN, HeldLeaseRow, LeaseRecord, LeaseRow, PostgresStore, db_i64, held, load_account, load_held,
+    storage_error,
 };
 
 /// What an attempt on the unlocked path came to.
@@ -156,19 +157,6 @@ struct WrittenHeldRow {
     lease: LeaseRow,
 }
 
-async fn read_account(conn: &mut PgConnection, account_id: &str) -> Result<Account, Error> {
-    let row: Option<AccountRow> =
-        sqlx::query_as(READ_ACCOUNT_SQL).bind(account_id).fetch_optional(&mut *conn).await.map_err(storage_error)?;
-    row.ok_or(Error::AccountNotFound)?.decode()
-}
-
-async fn read_held(conn: &mut PgConnection, lease_id: &str) -> Result<(Account, LeaseRecord), Error> {
-    let row: Option<HeldLeaseRow> =
-        sqlx::query_as(READ_HELD_LEASE_SQL).bind(lease_id).fetch_optional(&mut *conn).await.map_err(storage_error)?;
-    let row = row.ok_or(Error::LeaseNotFound)?;
-    Ok((row.account.decode()?, row.lease.decode()?))
-}
-
 /// The seven account counters, in column order, as `BIGINT` values.
 fn counters(account: &Account) -> Result<[i64; 7], Error> {
     Ok([
@@ -201,21 +189,11 @@ fn out_of_range(error: &sqlx::Error) -> bool {
 const READ_ACCOUNT_SQL: &str =
     concat!("SELECT ", account_columns!(), " FROM tollgate_accounts a WHERE a.account_id = $1");
 
-const READ_HELD_LEASE_SQL: &str = concat!(
-    "SELECT ",
-    account_columns!(),
-    ", ",
-    lease_columns!(),
-    " FROM tollgate_leases l JOIN tollgate_accounts a ON a.account_id = l.account_id WHERE l.lease_id = $1"
-);
+const READ_HELD_LEASE_SQL: &str = concat!(held_lease_select!(), " WHERE l.lease_id = $1");
 
 const READ_DUE_SQL: &str = concat!(
-    "SELECT ",
-    account_columns!(),
-    ", ",
-    lease_columns!(),
-    " FROM tollgate_leases l JOIN tollgate_accounts a ON a.account_id = l.account_id \
-     WHERE l.state = 'active' AND (l.expiry_floor_us, l.expiry_submicro_ns) <= ($1, $2) \
+    held_lease_select!(),
+    " WHERE l.state = 'active' AND (l.expiry_floor_us, l.expiry_submicro_ns) <= ($1, $2) \
      ORDER BY l.expiry_floor_us, l.expiry_submicro_ns, l.lease_id LIMIT $3"
 );
 
@@ -373,13 +351,10 @@ impl PostgresStore {
         ttl: SignedDuration,
         now: Timestamp,
     ) -> Result<Attempt<IssuedLease>, Error> {
-        if !storable(account_id) {
-            return Err(Error::AccountNotFound);
-        }
         let mut conn = self.pool.acquire().await.map_err(storage_error)?;
         let (mut before, mut guessed) = match self.guesses.account(account_id) {
             Some(guess) => (guess, true),
-            None => (read_account(&mut conn, account_id).await?, false),
+            None => (load_account(&mut conn, READ_ACCOUNT_SQL, account_id).await?, false),
         };
         let mut writes = 0;
         loop {
@@ -388,7 +363,7 @@ impl PostgresStore {
                 Ok(grant) => grant,
                 // A refusal of a guess proves nothing: decide on what is committed.
                 Err(_) if std::mem::take(&mut guessed) => {
-                    before = read_account(&mut conn, account_id).await?;
+                    before = load_account(&mut conn, READ_ACCOUNT_SQL, account_id).await?;
                     continue;
                 }
                 Err(refusal) => return Err(refusal),
@@ -443,7 +418,7 @@ impl PostgresStore {
         let (mut account_before, mut record, mut guessed) = match self.guesses.held(lease_id) {
             Some((account, record)) => (account, record, true),
             None => {
-                let (account, record) = read_held(&mut conn, lease_id).await?;
+                let (account, record) = load_held(&mut conn, READ_HELD_LEASE_SQL, lease_id).await?;
                 (account, record, false)
             }
         };
@@ -458,7 +433,7 @@ impl PostgresStore {
                 Ok(decided) => decided,
                 // A refusal of a guess proves nothing: decide on what is committed.
                 Err(_) if std::mem::take(&mut guessed) => {
-                    (account_before, record) = read_held(&mut conn, lease_id).await?;
+                    (account_before, record) = load_held(&mut conn, READ_HELD_LEASE_SQL, lease_id).await?;
                     continue;
                 }
                 Err(refusal) => return Err(refusal),
