@@ -101,12 +101,12 @@ fn locked<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn remember<V>(map: &Mutex<HashMap<String, V>>, key: &str, value: V) {
+fn remember<V>(map: &Mutex<HashMap<String, V>>, key: String, value: V) {
     let mut map = locked(map);
-    if map.len() >= GUESSES_MAX && !map.contains_key(key) {
+    if map.len() >= GUESSES_MAX && !map.contains_key(&key) {
         map.clear();
     }
-    map.insert(key.to_owned(), value);
+    map.insert(key, value);
 }
 
 impl Guesses {
@@ -122,11 +122,11 @@ impl Guesses {
     }
 
     fn remember_account(&self, account: Account) {
-        remember(&self.accounts, &account.account_id.clone(), account);
+        remember(&self.accounts, account.account_id.clone(), account);
     }
 
     fn remember_lease(&self, lease: &Lease, capability: SecretHash) {
-        remember(&self.leases, &lease.lease_id, (lease.clone(), capability));
+        remember(&self.leases, lease.lease_id.clone(), (lease.clone(), capability));
     }
 
     fn forget_lease(&self, lease_id: &str) {
@@ -369,6 +369,7 @@ impl PostgresStore {
                 Err(refusal) => return Err(refusal),
             };
             let issued = Self::issue(account_id, grant);
+            let capability = issued.capability.hash();
             let lease = &issued.lease;
             let expiry = InstantPair::encode(lease.expiry);
             let mut query = sqlx::query_as::<_, WrittenAccountRow>(ACQUIRE_IF_UNCHANGED_SQL).bind(account_id);
@@ -378,7 +379,7 @@ impl PostgresStore {
             let found = query
                 .bind(&lease.lease_id)
                 .bind(db_i64(lease.fencing_token, "next_fence")?)
-                .bind(issued.capability.hash().as_bytes().to_vec())
+                .bind(capability.as_bytes().to_vec())
                 .bind(db_i64(lease.granted, "granted")?)
                 .bind(db_i64(lease.used, "lease_used")?)
                 .bind(lease.state.as_str())
@@ -394,7 +395,7 @@ impl PostgresStore {
             };
             if found.written == 1 {
                 self.guesses.remember_account(account);
-                self.guesses.remember_lease(lease, issued.capability.hash());
+                self.guesses.remember_lease(lease, capability);
                 return Ok(Attempt::Done(issued));
             }
             writes += 1;
