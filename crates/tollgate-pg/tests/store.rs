@@ -309,6 +309,16 @@ async fn undecodable_stored_values_are_storage_corrupt() {
 
 // ------------------------------------------------------------- concurrency
 
+/// Two servers' stores over one new database, with no reclaim grace; the
+/// second opens its own pool of `connections_max`.
+async fn two_servers(connections_max: u32) -> (Arc<PostgresStore>, Arc<PostgresStore>) {
+    let db = TestDb::create().await;
+    let second_pool = db.new_pool(connections_max).await;
+    let one = PostgresStore::on_test_db(db, policy(nanos(0))).await.unwrap();
+    let two = PostgresStore::from_pool(second_pool, policy(nanos(0))).await.unwrap();
+    (Arc::new(one), Arc::new(two))
+}
+
 /// Two reclaimers on two pools (two servers) over one database settle every
 /// due lease exactly once, and the ledger is exact afterwards. Each pass reads
 /// the oldest due leases, so the two race for the same leases pass after pass.
@@ -316,10 +326,7 @@ async fn undecodable_stored_values_are_storage_corrupt() {
 async fn concurrent_reclaimers_never_settle_a_lease_twice() {
     const ACCOUNTS: usize = 4;
     const LEASES_PER_ACCOUNT: usize = 30;
-    let db = TestDb::create().await;
-    let second_pool = db.new_pool(4).await;
-    let one = Arc::new(PostgresStore::on_test_db(db, policy(nanos(0))).await.unwrap());
-    let two = Arc::new(PostgresStore::from_pool(second_pool, policy(nanos(0))).await.unwrap());
+    let (one, two) = two_servers(4).await;
 
     let mut expected_used: BTreeMap<String, u64> = BTreeMap::new();
     let mut all_leases = BTreeSet::new();
@@ -388,10 +395,7 @@ async fn concurrent_reclaimers_never_settle_a_lease_twice() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_acquires_on_one_account_never_overdraw() {
     const ATTEMPTS: usize = 40;
-    let db = TestDb::create().await;
-    let second_pool = db.new_pool(8).await;
-    let one = Arc::new(PostgresStore::on_test_db(db, policy(nanos(0))).await.unwrap());
-    let two = Arc::new(PostgresStore::from_pool(second_pool, policy(nanos(0))).await.unwrap());
+    let (one, two) = two_servers(8).await;
     funded(&*one, "acct", 100).await;
 
     let tasks: Vec<_> = (0..ATTEMPTS)
@@ -425,10 +429,7 @@ async fn concurrent_acquires_on_one_account_never_overdraw() {
 async fn mixed_concurrent_operations_neither_deadlock_nor_leak_units() {
     const ACCOUNTS: usize = 3;
     const LEASES_PER_ACCOUNT: usize = 12;
-    let db = TestDb::create().await;
-    let second_pool = db.new_pool(8).await;
-    let one = Arc::new(PostgresStore::on_test_db(db, policy(nanos(0))).await.unwrap());
-    let two = Arc::new(PostgresStore::from_pool(second_pool, policy(nanos(0))).await.unwrap());
+    let (one, two) = two_servers(8).await;
 
     let mut leases = Vec::new();
     let mut creds = BTreeMap::new();
@@ -585,12 +586,9 @@ async fn a_reclaim_pass_leaves_a_lease_on_a_busy_account_due_for_the_next_pass()
 /// Every answer here is the one the committed state dictates.
 #[tokio::test]
 async fn another_servers_changes_are_decided_on_never_a_stale_view() {
-    let db = TestDb::create().await;
-    let second_pool = db.new_pool(2).await;
-    let one = PostgresStore::on_test_db(db, policy(nanos(0))).await.unwrap();
-    let two = PostgresStore::from_pool(second_pool, policy(nanos(0))).await.unwrap();
-    funded(&one, "acct", 100).await;
-    let cred = credential(&one, "acct").await;
+    let (one, two) = two_servers(2).await;
+    funded(&*one, "acct", 100).await;
+    let cred = credential(&*one, "acct").await;
     let hour = nanos(3_600_000_000_000);
 
     // One's view after this: available 90, next fence 2.
@@ -617,8 +615,8 @@ async fn another_servers_changes_are_decided_on_never_a_stale_view() {
         one.release(&granted.lease.lease_id, granted.capability.expose(), ts(T0)).await.map(|_| ()),
         Err(Error::LeaseNotActive { state: LeaseState::Released })
     );
-    assert_eq!(counters(&one, "acct").await, (300, 211, 85, 4, 0, 4, 4));
-    assert_conserved(&one).await;
+    assert_eq!(counters(&*one, "acct").await, (300, 211, 85, 4, 0, 4, 4));
+    assert_conserved(&*one).await;
 }
 
 /// Every store connection plans generically (its settings come in the
