@@ -7,6 +7,7 @@
 //! by an exact ledger check: the expected value of each counter, and all three
 //! conservation equations.
 
+pub mod cancellation;
 pub mod cases;
 pub mod support;
 

@@ -27,6 +27,7 @@
 //! rows, not its joins or subqueries.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -63,12 +64,19 @@ const CHECK_PAGE_ACCOUNTS: i64 = 1_000;
 #[derive(Debug, Clone)]
 pub struct PgStoreConfig {
     pub connections_max: u32,
+    /// How long an operation waits for a pooled connection.
     pub acquire_timeout: Duration,
+    /// How long one statement waits for a row lock before it fails, having
+    /// changed nothing, as retryable `storage_unavailable` (PostgreSQL's
+    /// `lock_timeout`; `None` waits without bound). A server sets both waits
+    /// below its request timeout, so that a write never waits for a lock past
+    /// the moment its caller was answered.
+    pub lock_timeout: Option<Duration>,
 }
 
 impl Default for PgStoreConfig {
     fn default() -> Self {
-        Self { connections_max: 16, acquire_timeout: Duration::from_secs(10) }
+        Self { connections_max: 16, acquire_timeout: Duration::from_secs(10), lock_timeout: None }
     }
 }
 
@@ -110,7 +118,22 @@ pub enum ConnectError {
 }
 
 /// The PostgreSQL-backed store.
+///
+/// Every operation runs to completion in a task of its own (`complete`): a
+/// caller that goes away (a client that hangs up, a request timeout, a
+/// dropped future) stops waiting for the answer, never the operation. Cheap
+/// to clone; clones share the pool and the remembered rows.
+#[derive(Clone)]
 pub struct PostgresStore {
+    engine: Arc<Engine>,
+    running: complete::Running,
+    /// Whether operations run in tasks of their own; always, except for
+    /// tests of the layer beneath (`inline`).
+    tasks: bool,
+}
+
+/// The operations themselves, which `PostgresStore` runs to completion.
+pub(crate) struct Engine {
     pool: PgPool,
     policy: GrantPolicy,
     /// Rows as this server last wrote them: the unlocked path's first guess.
@@ -132,7 +155,12 @@ impl PostgresStore {
     /// know is refused before anything is served. Servers then call
     /// `Store::pin_reclaim_grace`.
     pub async fn connect_with(url: &str, policy: GrantPolicy, config: PgStoreConfig) -> Result<Self, ConnectError> {
-        let options: PgConnectOptions = url.parse().map_err(ConnectError::Unavailable)?;
+        let mut options: PgConnectOptions = url.parse().map_err(ConnectError::Unavailable)?;
+        if let Some(lock_timeout) = config.lock_timeout {
+            // Whole milliseconds, at least one: zero would mean "no timeout".
+            let ms = lock_timeout.as_millis().max(1);
+            options = options.options([("lock_timeout", format!("{ms}ms"))]);
+        }
         let pool = connect_pool(options, config.connections_max, config.acquire_timeout)
             .await
             .map_err(ConnectError::Unavailable)?;
@@ -143,31 +171,54 @@ impl PostgresStore {
     /// `connect_pool` as `connect_with`'s is.
     pub async fn from_pool(pool: PgPool, policy: GrantPolicy) -> Result<Self, ConnectError> {
         let applied = migrations::apply(&pool).await?;
-        Ok(Self {
+        Ok(Self::new(Engine {
             pool,
             policy,
             guesses: unlocked::Guesses::default(),
             applied,
             #[cfg(feature = "testing")]
             _test_db: None,
-        })
+        }))
+    }
+
+    fn new(engine: Engine) -> Self {
+        Self { engine: Arc::new(engine), running: complete::Running::default(), tasks: true }
+    }
+
+    /// The same store with operations run in the caller's task, so that a
+    /// dropped future stops them where they stand. Only for tests that show
+    /// the connections stay clean even then.
+    #[cfg(feature = "testing")]
+    pub fn inline(&self) -> Self {
+        Self { tasks: false, ..self.clone() }
     }
 
     /// A store on a test database, which is dropped when the store is.
     #[cfg(feature = "testing")]
     pub async fn on_test_db(db: crate::testing::TestDb, policy: GrantPolicy) -> Result<Self, ConnectError> {
-        let mut store = Self::from_pool(db.pool().clone(), policy).await?;
-        store._test_db = Some(db);
-        Ok(store)
+        let applied = migrations::apply(db.pool()).await?;
+        Ok(Self::new(Engine {
+            pool: db.pool().clone(),
+            policy,
+            guesses: unlocked::Guesses::default(),
+            applied,
+            _test_db: Some(db),
+        }))
     }
 
     pub fn pool(&self) -> &PgPool {
-        &self.pool
+        &self.engine.pool
     }
 
     /// The migrations that connecting applied (empty when none were pending).
     pub fn applied_migrations(&self) -> &[AppliedMigration] {
-        &self.applied
+        &self.engine.applied
+    }
+
+    /// Waits until no operation of this store (or of its clones) is running,
+    /// including operations whose callers stopped waiting for them.
+    pub async fn settled(&self) {
+        self.running.settled().await;
     }
 }
 
@@ -181,6 +232,18 @@ fn corrupt(message: String) -> Error {
 /// schema is not what the store relies on are corruption, which needs repair.
 fn storage_error(error: sqlx::Error) -> Error {
     use sqlx::Error as E;
+    if let E::Database(db) = &error {
+        // The statement failed as a whole and its transaction rolls back, so
+        // these say that nothing was applied and a retry can succeed.
+        let waited = match db.code().as_deref() {
+            Some("55P03") => Some("a row it needs stayed locked past lock_timeout"),
+            Some("40P01") => Some("PostgreSQL broke a lock cycle"),
+            _ => None,
+        };
+        if let Some(why) = waited {
+            return Error::StorageUnavailable(format!("{why}; nothing was applied, retry: {error}"));
+        }
+    }
     let corrupt_kind = match &error {
         E::Database(db) => {
             let code = db.code().unwrap_or_default();
@@ -256,8 +319,11 @@ macro_rules! held_lease_select {
     };
 }
 
+mod complete;
+mod tx;
 mod unlocked;
 
+use tx::Tx;
 use unlocked::Attempt;
 
 #[derive(FromRow)]
@@ -650,7 +716,7 @@ fn sorted_ids<'a>(ids: impl IntoIterator<Item = &'a str>) -> Vec<String> {
 /// what failed at once, so its row locks are released before the error
 /// reaches the caller (a dropped transaction would release them only when its
 /// pooled connection is next used).
-async fn finish<T>(tx: sqlx::Transaction<'static, sqlx::Postgres>, result: Result<T, Error>) -> Result<T, Error> {
+async fn finish<T>(tx: Tx, result: Result<T, Error>) -> Result<T, Error> {
     match result {
         Ok(value) => {
             tx.commit().await.map_err(storage_error)?;
@@ -663,15 +729,15 @@ async fn finish<T>(tx: sqlx::Transaction<'static, sqlx::Postgres>, result: Resul
     }
 }
 
-/// Rolls back, best effort: if even that fails the connection is broken, and
-/// the server ends the transaction when the connection closes.
-async fn rollback(tx: sqlx::Transaction<'static, sqlx::Postgres>) {
+/// Rolls back, best effort: if even that fails, the connection is closed
+/// instead of going back to the pool, and PostgreSQL ends the transaction.
+async fn rollback(tx: Tx) {
     let _ = tx.rollback().await;
 }
 
-impl PostgresStore {
-    async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, Error> {
-        self.pool.begin().await.map_err(storage_error)
+impl Engine {
+    async fn begin(&self) -> Result<Tx, Error> {
+        Tx::begin(&self.pool).await.map_err(storage_error)
     }
 
     /// Names a lease the core granted and draws its capability.
@@ -775,14 +841,14 @@ impl PostgresStore {
 }
 
 #[async_trait]
-impl UsageSink for PostgresStore {
+impl UsageSink for Engine {
     async fn ingest(&self, batch: Vec<UsageEvent>, now: Timestamp) -> Result<Vec<EventOutcome>, IngestError> {
         self.ingest_inner(&batch, now).await
     }
 }
 
 #[async_trait]
-impl Store for PostgresStore {
+impl Store for Engine {
     fn policy(&self) -> &GrantPolicy {
         &self.policy
     }

@@ -69,7 +69,8 @@ pub struct ServeArgs {
 struct Opened {
     store: Arc<dyn Store>,
     description: String,
-    pool: Option<sqlx::PgPool>,
+    /// The PostgreSQL store, to let its running operations finish at shutdown.
+    postgres: Option<PostgresStore>,
 }
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -86,13 +87,19 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         None => Opened {
             store: Arc::new(MemoryStore::new(policy)),
             description: "memory (in this process; everything is lost when it stops)".to_owned(),
-            pool: None,
+            postgres: None,
         },
         Some(url) => {
             let options = config::database_options(url)?;
             let where_ = config::describe_database(&options);
-            let pg_config =
-                PgStoreConfig { connections_max: args.database_connections.max(1), ..PgStoreConfig::default() };
+            // Waits inside an operation stay below the request timeout, so that
+            // a write does not take effect long after its caller was answered.
+            let wait_max = (request_timeout / 2).min(PgStoreConfig::default().acquire_timeout);
+            let pg_config = PgStoreConfig {
+                connections_max: args.database_connections.max(1),
+                acquire_timeout: wait_max,
+                lock_timeout: Some(wait_max),
+            };
             let store = PostgresStore::connect_with(url, policy, pg_config).await.map_err(|error| {
                 anyhow::anyhow!("cannot open PostgreSQL at {where_} ({DATABASE_URL_SETTING}): {error}")
             })?;
@@ -101,8 +108,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 let versions: Vec<String> = applied.iter().map(|m| format!("{:04}", m.version)).collect();
                 tracing::info!(versions = %versions.join(","), "applied pending migrations at startup");
             }
-            let pool = store.pool().clone();
-            Opened { store: Arc::new(store), description: format!("postgres ({where_})"), pool: Some(pool) }
+            Opened {
+                store: Arc::new(store.clone()),
+                description: format!("postgres ({where_})"),
+                postgres: Some(store),
+            }
         }
     };
 
@@ -151,8 +161,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     tollgate_server::serve(listener, state, ReclaimConfig { interval }, shutdown_signal())
         .await
         .context("the HTTP server failed")?;
-    if let Some(pool) = opened.pool {
-        pool.close().await;
+    if let Some(store) = opened.postgres {
+        // Operations whose callers went away still run; let them finish.
+        store.settled().await;
+        store.pool().close().await;
     }
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)

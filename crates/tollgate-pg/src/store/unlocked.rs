@@ -62,7 +62,7 @@ use tollgate_core::{Account, Error, InstantPair, Lease, SecretHash};
 use tollgate_store::{IssuedLease, ReclaimedLease, Released};
 
 use super::{
-    AccountRow, DOMAIN, HeldLeaseRow, LeaseRecord, LeaseRow, PostgresStore, db_i64, held, load_account, load_held,
+    AccountRow, DOMAIN, Engine, HeldLeaseRow, LeaseRecord, LeaseRow, db_i64, held, load_account, load_held,
     storage_error,
 };
 
@@ -343,7 +343,7 @@ async fn settle_if_unchanged(conn: &mut PgConnection, settling: &[Settling]) -> 
     }
 }
 
-impl PostgresStore {
+impl Engine {
     pub(super) async fn acquire_unlocked(
         &self,
         account_id: &str,
