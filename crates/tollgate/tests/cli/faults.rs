@@ -1,0 +1,216 @@
+//! Faults against the real binary on PostgreSQL: clients that hang up
+//! mid-request, and a request that times out while its row is locked. After
+//! each, every acknowledged write is still there, no fence was issued twice,
+//! and nothing that was not acknowledged took effect.
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use sqlx::PgPool;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tollgate_pg::testing::TestDb;
+
+use crate::support::{As, GATEWAY, Server};
+
+/// Sessions of the test database, other than the caller's, that are running
+/// a statement or sit inside a transaction.
+async fn busy_sessions(observer: &PgPool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+         AND pid <> pg_backend_pid() AND state IN ('active', 'idle in transaction', \
+         'idle in transaction (aborted)')",
+    )
+    .fetch_one(observer)
+    .await
+    .expect("pg_stat_activity readable")
+}
+
+/// Waits, bounded, until no session of the server is busy.
+async fn until_quiet(observer: &PgPool) {
+    for _ in 0..1_000 {
+        if busy_sessions(observer).await == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("a session of the server stayed busy or inside a transaction");
+}
+
+/// Sends `body` to `path` and resets the connection `delay_us` later,
+/// without reading the answer.
+async fn hang_up(server: &Server, path: &str, body: &Value, delay_us: u64) {
+    let address = server.base.trim_start_matches("http://");
+    let body = serde_json::to_vec(body).expect("JSON");
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: {address}\r\nauthorization: Bearer {GATEWAY}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    let mut stream = TcpStream::connect(address).await.expect("connect");
+    stream.write_all(head.as_bytes()).await.expect("send head");
+    stream.write_all(&body).await.expect("send body");
+    // A thread sleep: tokio's timer rounds up to whole milliseconds.
+    std::thread::sleep(Duration::from_micros(delay_us));
+    // Linger zero: closing sends RST, as a client that crashed would.
+    stream.set_zero_linger().expect("SO_LINGER");
+    drop(stream);
+}
+
+async fn account(server: &Server, account_id: &str) -> Value {
+    server.ok(As::Gateway, Method::GET, &format!("/v1/accounts/{account_id}"), None, StatusCode::OK).await
+}
+
+#[tokio::test]
+async fn clients_hanging_up_lose_no_acknowledged_write() {
+    let db = TestDb::create().await;
+    let observer = db.new_pool(1).await;
+    // One connection: every request meets whatever the last one left behind.
+    let server = Server::start(&["--database-connections", "1"], &[("DATABASE_URL", db.url())]).await;
+    server.ok(As::Admin, Method::POST, "/v1/accounts", Some(json!({"account_id": "p"})), StatusCode::CREATED).await;
+    server
+        .ok(
+            As::Admin,
+            Method::POST,
+            "/v1/accounts/p/credits",
+            Some(json!({"credit_id": "c1", "units": 1000})),
+            StatusCode::CREATED,
+        )
+        .await;
+    let credential = server
+        .ok(As::Admin, Method::POST, "/v1/accounts/p/credentials", Some(json!({"label": "k"})), StatusCode::CREATED)
+        .await;
+    let credential_id = credential["credential_id"].as_str().expect("credential id").to_owned();
+
+    // Usage batches whose clients hang up 0-2 ms after sending them, at
+    // delays spread over that range so that some land mid-operation.
+    let hang_ups = 200;
+    for round in 0..hang_ups {
+        let events: Vec<Value> = (0..50)
+            .map(|i| {
+                json!({"request_id": format!("h{round}-{i}"), "account_id": "p", "credential_id": credential_id,
+                       "units": 1, "occurred_at": "2030-01-01T00:00:00Z"})
+            })
+            .collect();
+        hang_up(&server, "/v1/usage", &json!({ "events": events }), (round * 397) % 2_000).await;
+    }
+
+    // Acknowledged leases...
+    let mut fences = Vec::new();
+    let mut leases = Vec::new();
+    for _ in 0..3 {
+        let lease = server
+            .ok(
+                As::Gateway,
+                Method::POST,
+                "/v1/accounts/p/leases",
+                Some(json!({"units": 100, "ttl": "PT10M"})),
+                StatusCode::CREATED,
+            )
+            .await;
+        fences.push(lease["fencing_token"].as_u64().expect("fence"));
+        leases.push(lease["lease_id"].as_str().expect("lease id").to_owned());
+    }
+    // ...then a batch PostgreSQL refuses as a whole, which rolls back
+    // whatever transaction its connection had open.
+    let refused = server
+        .call(
+            As::Gateway,
+            Method::POST,
+            "/v1/usage",
+            Some(json!({"events": [
+                {"request_id": "big-1", "account_id": "p", "credential_id": credential_id,
+                 "units": i64::MAX, "occurred_at": "2030-01-01T00:00:00Z"},
+                {"request_id": "big-2", "account_id": "p", "credential_id": credential_id,
+                 "units": i64::MAX, "occurred_at": "2030-01-01T00:00:00Z"}
+            ]})),
+        )
+        .await;
+    assert_eq!(refused.0, StatusCode::UNPROCESSABLE_ENTITY, "{}", refused.1);
+    until_quiet(&observer).await;
+
+    // Every acknowledged lease is still there, seen by another connection too.
+    for lease_id in &leases {
+        let lease = server.ok(As::Gateway, Method::GET, &format!("/v1/leases/{lease_id}"), None, StatusCode::OK).await;
+        assert_eq!(lease["state"], "active", "{lease}");
+    }
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM tollgate_leases WHERE account_id = 'p'")
+        .fetch_one(&observer)
+        .await
+        .expect("lease rows readable");
+    assert_eq!(stored, 3);
+    // No fence twice: the next acquire gets the next one.
+    let next = server
+        .ok(
+            As::Gateway,
+            Method::POST,
+            "/v1/accounts/p/leases",
+            Some(json!({"units": 1, "ttl": "PT10M"})),
+            StatusCode::CREATED,
+        )
+        .await;
+    fences.push(next["fencing_token"].as_u64().expect("fence"));
+    assert_eq!(fences, [1, 2, 3, 4]);
+
+    // Each hung-up batch was accepted whole or not at all: billed counts
+    // whole batches of 50, and the stored events agree with it.
+    let view = account(&server, "p").await;
+    let billed = view["billed"].as_u64().expect("billed");
+    assert_eq!(billed % 50, 0, "{view}");
+    let events: i64 = sqlx::query_scalar("SELECT count(*) FROM tollgate_usage_events WHERE account_id = 'p'")
+        .fetch_one(&observer)
+        .await
+        .expect("events readable");
+    assert_eq!(u64::try_from(events).expect("count"), billed, "{view}");
+    assert_eq!(view["reserved"], 301, "{view}");
+    assert_eq!(view["available"], 699, "{view}");
+    let check = server.ok(As::Admin, Method::GET, "/v1/admin/check", None, StatusCode::OK).await;
+    assert_eq!(check["ok"], true, "{check}");
+
+    let (stopped, stderr) = server.terminate().await;
+    assert!(stopped, "{stderr}");
+    observer.close().await;
+    db.drop_now().await;
+}
+
+#[tokio::test]
+async fn an_acquire_that_waited_past_its_deadline_grants_nothing() {
+    let db = TestDb::create().await;
+    let observer = db.new_pool(2).await;
+    let server = Server::start(&["--request-timeout", "PT2S"], &[("DATABASE_URL", db.url())]).await;
+    server.ok(As::Admin, Method::POST, "/v1/accounts", Some(json!({"account_id": "q"})), StatusCode::CREATED).await;
+    server
+        .ok(
+            As::Admin,
+            Method::POST,
+            "/v1/accounts/q/credits",
+            Some(json!({"credit_id": "c1", "units": 1000})),
+            StatusCode::CREATED,
+        )
+        .await;
+
+    // Another session holds the account's row while the acquire runs.
+    let mut holder = observer.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM tollgate_accounts WHERE account_id = 'q' FOR UPDATE")
+        .execute(&mut *holder)
+        .await
+        .expect("row locked");
+    let (status, body) = server
+        .call(As::Gateway, Method::POST, "/v1/accounts/q/leases", Some(json!({"units": 100, "ttl": "PT10M"})))
+        .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["error"]["retryable"], true, "{body}");
+
+    // Once the row is free, nothing of the refused acquire may take effect.
+    holder.commit().await.expect("commit");
+    until_quiet(&observer).await;
+    let view = account(&server, "q").await;
+    assert_eq!((&view["available"], &view["reserved"], &view["next_fence"]), (&json!(1000), &json!(0), &json!(1)));
+    assert_eq!(view["active_leases"], 0, "{view}");
+
+    let (stopped, stderr) = server.terminate().await;
+    assert!(stopped, "{stderr}");
+    observer.close().await;
+    db.drop_now().await;
+}
