@@ -109,7 +109,12 @@ impl ApiError {
             ApiError::PayloadTooLarge { bytes_max } => {
                 ErrorBody::new("payload_too_large", format!("request body exceeds {bytes_max} bytes"), false)
             }
-            ApiError::Timeout => ErrorBody::new("timeout", "the request did not finish in time", true),
+            ApiError::Timeout => ErrorBody::new(
+                "timeout",
+                "the request did not finish in time; its operation still runs to completion and may take \
+                 effect: read the resource, or retry with the same idempotency key, credit_id or request_id",
+                true,
+            ),
             ApiError::NotFound { method, path } => {
                 ErrorBody::new("not_found", format!("no route for {method} {path}"), false)
             }
