@@ -5,6 +5,7 @@
 //! together with the caller's `now`, and persists what they decide. Two stores that
 //! disagree therefore have a bug in a loader, never two copies of a rule.
 
+pub mod clock;
 pub mod error;
 pub mod ids;
 pub mod ledger;
@@ -13,6 +14,7 @@ pub mod time;
 pub mod units;
 pub mod usage;
 
+pub use clock::ClockSample;
 pub use error::{Error, ErrorKind, IngestError};
 pub use ids::validate_id;
 pub use ledger::{

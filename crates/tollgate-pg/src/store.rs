@@ -1338,6 +1338,17 @@ impl Store for Engine {
         Ok(StorageStatus { backend: "postgres", migrations: Some(MigrationStatus { applied, known }) })
     }
 
+    /// PostgreSQL's `clock_timestamp()`, to the microsecond it keeps.
+    async fn shared_clock(&self) -> Result<Option<Timestamp>, Error> {
+        let micros: i64 = sqlx::query_scalar("SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(storage_error)?;
+        Timestamp::from_microsecond(micros)
+            .map(Some)
+            .map_err(|e| corrupt(format!("PostgreSQL's clock reads {micros} µs: {e}")))
+    }
+
     async fn pin_reclaim_grace(&self, replace: bool) -> Result<(), Error> {
         let configured = self.policy.reclaim_grace();
         if replace {

@@ -37,6 +37,8 @@ pub enum ApiError {
     MethodNotAllowed,
     /// Storage does not answer or its schema is not current.
     NotReady(String),
+    /// This server's clock is too far from its storage's to serve.
+    ClockSkew(String),
 }
 
 impl From<Error> for ApiError {
@@ -83,7 +85,7 @@ impl ApiError {
                 StatusCode::BAD_REQUEST
             }
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::Timeout | ApiError::NotReady(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Timeout | ApiError::NotReady(_) | ApiError::ClockSkew(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         }
@@ -122,6 +124,7 @@ impl ApiError {
                 ErrorBody::new("method_not_allowed", "this route does not take that method", false)
             }
             ApiError::NotReady(message) => ErrorBody::new("not_ready", message.clone(), true),
+            ApiError::ClockSkew(message) => ErrorBody::new("clock_skew", message.clone(), true),
         }
     }
 }

@@ -8,6 +8,7 @@
 //! Errors become HTTP statuses in one place, [`error`].
 
 pub mod auth;
+pub mod clock_check;
 pub mod error;
 pub mod extract;
 pub mod metrics;
@@ -103,6 +104,7 @@ struct Inner {
     tokens: OperatorTokens,
     metrics: Metrics,
     limits: Limits,
+    clock_guard: clock_check::ClockGuard,
 }
 
 impl AppState {
@@ -112,7 +114,8 @@ impl AppState {
 
     pub fn with_limits(store: Arc<dyn Store>, clock: Arc<dyn Clock>, tokens: OperatorTokens, limits: Limits) -> Self {
         let metrics = Metrics::new(clock.now());
-        Self { inner: Arc::new(Inner { store, clock, tokens, metrics, limits }) }
+        let clock_guard = clock_check::ClockGuard::default();
+        Self { inner: Arc::new(Inner { store, clock, tokens, metrics, limits, clock_guard }) }
     }
 
     pub fn store(&self) -> &dyn Store {
@@ -133,6 +136,11 @@ impl AppState {
 
     pub fn limits(&self) -> Limits {
         self.inner.limits
+    }
+
+    /// Whether this server's clock agrees with its storage's.
+    pub fn clock_guard(&self) -> &clock_check::ClockGuard {
+        &self.inner.clock_guard
     }
 }
 
@@ -159,6 +167,8 @@ async fn method_not_allowed() -> ApiError {
 
 /// Applies the per-request timeout and records the request's metrics. The
 /// route label is the matched template, or `unmatched`, never the raw path.
+/// While this server's clock is too far from its storage's, `/v1` requests
+/// are refused before they reach a handler (`clock_check`).
 async fn observe(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let started = Instant::now();
     let method = method_label(request.method());
@@ -167,9 +177,14 @@ async fn observe(State(state): State<AppState>, request: Request, next: Next) ->
         .get::<MatchedPath>()
         .map(|path| path.as_str().to_owned())
         .unwrap_or_else(|| "unmatched".to_owned());
-    let response = match tokio::time::timeout(state.limits().request_timeout, next.run(request)).await {
-        Ok(response) => response,
-        Err(_) => ApiError::Timeout.into_response(),
+    let refusal = request.uri().path().starts_with("/v1/").then(|| state.clock_guard().refusal()).flatten();
+    let response = if let Some(why) = refusal {
+        ApiError::ClockSkew(why).into_response()
+    } else {
+        match tokio::time::timeout(state.limits().request_timeout, next.run(request)).await {
+            Ok(response) => response,
+            Err(_) => ApiError::Timeout.into_response(),
+        }
     };
     state.metrics().observe_request(method, &route, response.status().as_u16(), started.elapsed());
     response

@@ -13,6 +13,8 @@ use std::time::Duration;
 use jiff::Timestamp;
 use tollgate_core::{EventOutcome, IngestError, Outcome};
 
+use crate::clock_check::ClockStatus;
+
 /// Upper bounds of the latency histogram buckets, in microseconds.
 const LATENCY_BUCKETS_US: [u64; 12] =
     [500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 5_000_000];
@@ -69,6 +71,7 @@ struct Registry {
     /// By result: `ok` or `error`.
     reclaim_passes: BTreeMap<&'static str, u64>,
     reclaim_last_success: Option<Timestamp>,
+    clock: Option<ClockStatus>,
 }
 
 /// The server's metrics. Cheap to update from any task.
@@ -125,6 +128,10 @@ impl Metrics {
             }
             Err(()) => *registry.reclaim_passes.entry("error").or_default() += 1,
         }
+    }
+
+    pub fn observe_clock(&self, status: &ClockStatus) {
+        self.lock().clock = Some(*status);
     }
 
     /// The Prometheus text exposition of every metric at `now`.
@@ -203,6 +210,24 @@ impl Metrics {
         );
         out.push_str("# TYPE tollgate_reclaim_lag_seconds gauge\n");
         let _ = writeln!(out, "tollgate_reclaim_lag_seconds {}", lag.as_secs_f64().max(0.0));
+
+        // Only where the store has a shared clock.
+        if let Some(clock) = registry.clock {
+            out.push_str(
+                "# HELP tollgate_clock_offset_seconds The database's clock minus this server's, at the last check.\n",
+            );
+            out.push_str("# TYPE tollgate_clock_offset_seconds gauge\n");
+            let _ = writeln!(out, "tollgate_clock_offset_seconds {}", clock.sample.offset.as_secs_f64());
+            out.push_str("# HELP tollgate_clock_offset_uncertainty_seconds How far the true offset may be from it.\n");
+            out.push_str("# TYPE tollgate_clock_offset_uncertainty_seconds gauge\n");
+            let _ =
+                writeln!(out, "tollgate_clock_offset_uncertainty_seconds {}", clock.sample.uncertainty.as_secs_f64());
+            out.push_str(
+                "# HELP tollgate_clock_skewed 1 while the offset is beyond the bound and the server does not serve.\n",
+            );
+            out.push_str("# TYPE tollgate_clock_skewed gauge\n");
+            let _ = writeln!(out, "tollgate_clock_skewed {}", u8::from(clock.skewed()));
+        }
         out
     }
 }

@@ -451,6 +451,9 @@ pub(crate) async fn healthz() -> ApiResult {
     ),
 )]
 pub(crate) async fn readyz(State(state): State<AppState>) -> ApiResult {
+    if let Some(why) = state.clock_guard().refusal() {
+        return Err(ApiError::NotReady(why));
+    }
     let status = state.store().status().await.map_err(|error| ApiError::NotReady(error.to_string()))?;
     let storage = StorageBody::from_status(&status);
     if !storage.is_ready() {

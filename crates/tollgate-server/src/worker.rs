@@ -57,6 +57,19 @@ pub async fn reclaim_tick(state: &AppState) -> Result<u64, Error> {
     Ok(settled)
 }
 
+/// One tick of the worker: compares the clocks (`clock_check`), then
+/// reclaims unless this server's clock is too far from its storage's: a
+/// clock running ahead would settle leases that other servers still honour.
+pub async fn worker_tick(state: &AppState) -> Result<u64, Error> {
+    if let Err(error) = crate::clock_check::check(state).await {
+        tracing::warn!(code = error.code(), %error, "cannot read the database's clock; retrying next tick");
+    }
+    if state.clock_guard().refusal().is_some() {
+        return Ok(0);
+    }
+    reclaim_tick(state).await
+}
+
 /// Runs ticks until `stop` turns true (or its sender is dropped). A tick in
 /// progress finishes first, so no pass is cut off half way.
 pub async fn run(state: AppState, config: ReclaimConfig, mut stop: watch::Receiver<bool>) {
@@ -70,7 +83,7 @@ pub async fn run(state: AppState, config: ReclaimConfig, mut stop: watch::Receiv
                 }
             }
             _ = ticker.tick() => {
-                match reclaim_tick(&state).await {
+                match worker_tick(&state).await {
                     Ok(0) => {}
                     Ok(settled) => tracing::info!(settled, "reclaimed leases past expiry and grace"),
                     Err(error) => tracing::warn!(code = error.code(), %error, "reclaim pass failed; retrying next tick"),

@@ -74,6 +74,14 @@ pub trait Store: UsageSink {
     /// Whether storage answers and its schema is current.
     async fn status(&self) -> Result<StorageStatus, Error>;
 
+    /// The clock of storage that several servers share, read now; `None` when
+    /// the storage belongs to this process alone, as the memory store does.
+    /// Servers compare it with their own clock (`tollgate_core::ClockSample`)
+    /// and stop serving while the two are too far apart.
+    async fn shared_clock(&self) -> Result<Option<Timestamp>, Error> {
+        Ok(None)
+    }
+
     /// Makes this store's reclaim grace the one every server on the same storage
     /// shares: records it when none is recorded (or when `replace` is set, an
     /// explicit operator decision), and otherwise refuses with

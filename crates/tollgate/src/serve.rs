@@ -9,7 +9,7 @@ use clap::Args;
 use jiff::SignedDuration;
 use tollgate_core::{Error, Secret};
 use tollgate_pg::{PgStoreConfig, PostgresStore};
-use tollgate_server::{AppState, Limits, OperatorTokens, ReclaimConfig, SystemClock};
+use tollgate_server::{AppState, Limits, OperatorTokens, ReclaimConfig, SystemClock, clock_check};
 use tollgate_store::{MemoryStore, Store};
 
 use crate::config::{self, DATABASE_URL_SETTING, parse_duration};
@@ -50,6 +50,12 @@ pub struct ServeArgs {
     #[arg(long, env = "TOLLGATE_REQUEST_TIMEOUT", default_value = "PT30S", value_parser = parse_duration, value_name = "DURATION")]
     request_timeout: SignedDuration,
 
+    /// Largest difference between this server's clock and the database's at
+    /// which it serves (ISO 8601); default one second, or a quarter of the
+    /// reclaim grace if that is shorter. Must be shorter than the grace.
+    #[arg(long, env = "TOLLGATE_CLOCK_OFFSET_MAX", value_parser = parse_duration, value_name = "DURATION")]
+    clock_offset_max: Option<SignedDuration>,
+
     /// PostgreSQL URL; without it the server runs on the in-memory store.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
     database_url: Option<String>,
@@ -78,6 +84,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let interval = config::positive_std("--reclaim-interval / TOLLGATE_RECLAIM_INTERVAL", args.reclaim_interval)?;
     let request_timeout = config::positive_std("--request-timeout / TOLLGATE_REQUEST_TIMEOUT", args.request_timeout)?;
     let on_memory = args.database_url.is_none();
+    let clock_offset_max = match args.clock_offset_max {
+        None => clock_check::OFFSET_MAX_DEFAULT.min(args.reclaim_grace / 4),
+        Some(bound) if bound.is_negative() || bound >= args.reclaim_grace => bail!(
+            "--clock-offset-max / TOLLGATE_CLOCK_OFFSET_MAX is {bound}; it must be at least zero and shorter than \
+             the reclaim grace ({}), or a server whose clock runs ahead could reclaim leases others still honour",
+            args.reclaim_grace
+        ),
+        Some(bound) => bound,
+    };
 
     let Configured { admin, gateway, generated } = configured_tokens(args.admin_token, args.gateway_token, on_memory)?;
     let tokens = OperatorTokens::new(&admin, gateway.as_ref())
@@ -158,6 +173,18 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         tokens,
         Limits { request_timeout, ..Limits::default() },
     );
+    state.clock_guard().set_bound(clock_offset_max);
+    match clock_check::check(&state).await {
+        Ok(None) => {}
+        Ok(Some(status)) if status.skewed() => {
+            tracing::error!("not serving until the clocks agree: {}", status.explain())
+        }
+        Ok(Some(status)) => println!(
+            "clock: {} from the database's (± {}), within the bound of {}",
+            status.sample.offset, status.sample.uncertainty, status.bound
+        ),
+        Err(error) => bail!("cannot read the database's clock: {error}"),
+    }
     tollgate_server::serve(listener, state, ReclaimConfig { interval }, shutdown_signal())
         .await
         .context("the HTTP server failed")?;

@@ -206,6 +206,10 @@ impl Store for PostgresStore {
         self.complete(move |e| async move { e.status().await }).await
     }
 
+    async fn shared_clock(&self) -> Result<Option<Timestamp>, Error> {
+        self.complete(move |e| async move { e.shared_clock().await }).await
+    }
+
     async fn pin_reclaim_grace(&self, replace: bool) -> Result<(), Error> {
         self.complete(move |e| async move { e.pin_reclaim_grace(replace).await }).await
     }
