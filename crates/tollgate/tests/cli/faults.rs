@@ -12,6 +12,10 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tollgate_pg::testing::TestDb;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::load::{self, Load, Tally, Targets};
 use crate::support::{As, GATEWAY, Server};
 
 /// Sessions of the test database, other than the caller's, that are running
@@ -209,6 +213,182 @@ async fn an_acquire_that_waited_past_its_deadline_grants_nothing() {
     assert_eq!((&view["available"], &view["reserved"], &view["next_fence"]), (&json!(1000), &json!(0), &json!(1)));
     assert_eq!(view["active_leases"], 0, "{view}");
 
+    let (stopped, stderr) = server.terminate().await;
+    assert!(stopped, "{stderr}");
+    observer.close().await;
+    db.drop_now().await;
+}
+
+// ------------------------------------------------------------- under load
+
+/// Clients, rounds and the hang-up rate of every load below: 2% of requests
+/// are hung up.
+const CLIENTS: usize = 6;
+const ROUNDS: usize = 12;
+const HANG_UP_EVERY: u64 = 50;
+
+fn load(targets: Vec<String>) -> Load {
+    Load {
+        targets: Targets(Arc::new(targets)),
+        clients: CLIENTS,
+        rounds: ROUNDS,
+        hang_up_every: HANG_UP_EVERY,
+        tally: Arc::new(Tally::default()),
+    }
+}
+
+/// Prints what happened to the requests, for the record of a run.
+fn report(name: &str, load: &Load, extra: &str) {
+    let t = &load.tally;
+    eprintln!(
+        "{name}: {} requests, {} answers lost, {} hung up{extra}",
+        t.requests.load(Ordering::Relaxed),
+        t.lost_answers.load(Ordering::Relaxed),
+        t.hang_ups.load(Ordering::Relaxed)
+    );
+}
+
+/// A free port on 127.0.0.1, for a server that must come back on the same
+/// address after a restart.
+fn free_listen_address() -> String {
+    let socket = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    socket.local_addr().expect("address").to_string()
+}
+
+/// No fencing token of any account appears on two leases.
+async fn assert_fences_unique(observer: &PgPool) {
+    let repeated: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT account_id, fencing_token FROM tollgate_leases \
+         GROUP BY account_id, fencing_token HAVING count(*) > 1) AS twice",
+    )
+    .fetch_one(observer)
+    .await
+    .expect("leases readable");
+    assert_eq!(repeated, 0, "a fencing token was issued twice");
+}
+
+#[tokio::test]
+async fn load_with_hang_ups_on_the_memory_store() {
+    let server = Server::start(&[], &[]).await;
+    let accounts = load::accounts(&server.base, "m", CLIENTS, 1_000_000).await;
+    let load = load(vec![server.base.clone()]);
+    let seen = load.run(&accounts).await;
+    load::verify(&server.base, &seen).await;
+    report("memory store with hang-ups", &load, "");
+    let (stopped, stderr) = server.terminate().await;
+    assert!(stopped, "{stderr}");
+}
+
+#[tokio::test]
+async fn two_servers_on_one_database_under_load_with_hang_ups() {
+    let db = TestDb::create().await;
+    let observer = db.new_pool(1).await;
+    let env = [("DATABASE_URL", db.url())];
+    let first = Server::start(&[], &env).await;
+    let second = Server::start(&[], &env).await;
+    let accounts = load::accounts(&first.base, "t", CLIENTS, 1_000_000).await;
+    let load = load(vec![first.base.clone(), second.base.clone()]);
+    let seen = load.run(&accounts).await;
+    until_quiet(&observer).await;
+    load::verify(&second.base, &seen).await;
+    assert_fences_unique(&observer).await;
+    report("two servers on PostgreSQL with hang-ups", &load, "");
+    for server in [first, second] {
+        let (stopped, stderr) = server.terminate().await;
+        assert!(stopped, "{stderr}");
+    }
+    observer.close().await;
+    db.drop_now().await;
+}
+
+#[tokio::test]
+async fn a_server_killed_mid_load_and_restarted_loses_nothing() {
+    let db = TestDb::create().await;
+    let observer = db.new_pool(1).await;
+    let env = [("DATABASE_URL", db.url())];
+    let listen = free_listen_address();
+    let server = Server::try_start_on(&listen, &[], &env).await.expect("server starts");
+    let base = server.base.clone();
+    let accounts = load::accounts(&base, "k", CLIENTS, 1_000_000).await;
+    let load = load(vec![base.clone()]);
+
+    // Kill the server with SIGKILL three times while the clients run, each
+    // time once they have sent another 50 requests (a load sends about 220),
+    // and start it again on the same address.
+    let tally = Arc::clone(&load.tally);
+    let url = db.url().to_owned();
+    let done = Arc::new(AtomicBool::new(false));
+    let finished = Arc::clone(&done);
+    let killer = tokio::spawn(async move {
+        let mut server = server;
+        let mut kills = 0;
+        while kills < 3 {
+            let target = (kills + 1) * 50;
+            while tally.requests.load(Ordering::Relaxed) < target {
+                if finished.load(Ordering::Relaxed) {
+                    panic!("the load finished after {kills} kills; kill sooner");
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            server.kill().await;
+            kills += 1;
+            server = Server::try_start_on(&listen, &[], &[("DATABASE_URL", &url)]).await.expect("server restarts");
+        }
+        server
+    });
+    let seen = load.run(&accounts).await;
+    done.store(true, Ordering::Relaxed);
+    let server = killer.await.expect("killer task");
+    until_quiet(&observer).await;
+    load::verify(&base, &seen).await;
+    assert_fences_unique(&observer).await;
+    report("server killed 3 times on PostgreSQL", &load, "");
+    let (stopped, stderr) = server.terminate().await;
+    assert!(stopped, "{stderr}");
+    observer.close().await;
+    db.drop_now().await;
+}
+
+#[tokio::test]
+async fn database_connections_terminated_mid_load_lose_nothing() {
+    let db = TestDb::create().await;
+    let observer = db.new_pool(1).await;
+    let server = Server::start(&[], &[("DATABASE_URL", db.url())]).await;
+    let accounts = load::accounts(&server.base, "x", CLIENTS, 1_000_000).await;
+    let load = load(vec![server.base.clone()]);
+
+    // While the clients run, terminate one of the server's PostgreSQL
+    // sessions every few milliseconds, whatever it is doing.
+    let done = Arc::new(AtomicBool::new(false));
+    let terminated = Arc::new(AtomicU64::new(0));
+    let terminator = {
+        let (observer, done, terminated) = (observer.clone(), Arc::clone(&done), Arc::clone(&terminated));
+        tokio::spawn(async move {
+            while !done.load(Ordering::Relaxed) {
+                let hit: Option<bool> = sqlx::query_scalar(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                     WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                     ORDER BY random() LIMIT 1",
+                )
+                .fetch_optional(&observer)
+                .await
+                .expect("terminate");
+                if hit == Some(true) {
+                    terminated.fetch_add(1, Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(7)).await;
+            }
+        })
+    };
+    let seen = load.run(&accounts).await;
+    done.store(true, Ordering::Relaxed);
+    terminator.await.expect("terminator task");
+    let terminated = terminated.load(Ordering::Relaxed);
+    assert!(terminated > 0, "no session was terminated");
+    until_quiet(&observer).await;
+    load::verify(&server.base, &seen).await;
+    assert_fences_unique(&observer).await;
+    report("PostgreSQL sessions terminated mid-load", &load, &format!(", {terminated} sessions terminated"));
     let (stopped, stderr) = server.terminate().await;
     assert!(stopped, "{stderr}");
     observer.close().await;

@@ -3,6 +3,7 @@
 //! on one database, shutdown, and the walkthrough document.
 
 mod faults;
+mod load;
 mod memory;
 mod postgres;
 mod startup;

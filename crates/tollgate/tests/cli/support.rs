@@ -62,16 +62,26 @@ impl Server {
     /// Like `start`, but a server that exits before listening is an `Err` with
     /// its exit status and stderr.
     pub async fn try_start(args: &[&str], env: &[(&str, &str)]) -> Result<Server, (String, String)> {
+        Server::try_start_on("127.0.0.1:0", args, env).await
+    }
+
+    /// Like `try_start`, on `listen`.
+    pub async fn try_start_on(listen: &str, args: &[&str], env: &[(&str, &str)]) -> Result<Server, (String, String)> {
         let tokens = [("TOLLGATE_ADMIN_TOKEN", ADMIN), ("TOLLGATE_GATEWAY_TOKEN", GATEWAY)];
         let env: Vec<(&str, &str)> = tokens.into_iter().chain(env.iter().copied()).collect();
-        Server::spawn(args, &env).await
+        Server::spawn_on(listen, args, &env).await
     }
 
     /// Starts `tollgate serve` on 127.0.0.1:0 with exactly this configuration.
     pub async fn spawn(args: &[&str], env: &[(&str, &str)]) -> Result<Server, (String, String)> {
+        Server::spawn_on("127.0.0.1:0", args, env).await
+    }
+
+    /// Starts `tollgate serve` on `listen` with exactly this configuration.
+    pub async fn spawn_on(listen: &str, args: &[&str], env: &[(&str, &str)]) -> Result<Server, (String, String)> {
         let mut command = tollgate();
         command
-            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["serve", "--listen", listen])
             .args(args)
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
@@ -143,6 +153,16 @@ impl Server {
         let (status, value) = self.call(who, method.clone(), path, body).await;
         assert_eq!(status, expected, "{method} {path}: {value}");
         value
+    }
+
+    /// Kills the process with SIGKILL, as a crash would, and waits for it.
+    pub async fn kill(mut self) {
+        let pid = self.child.id().expect("the server is running");
+        assert!(signal("KILL", pid).is_ok_and(|s| s.success()), "kill -KILL {pid}");
+        tokio::time::timeout(PROCESS_WAIT_MAX, self.child.wait())
+            .await
+            .expect("the server dies after SIGKILL")
+            .expect("the server's exit status");
     }
 
     /// Sends SIGTERM and waits for the process to exit; returns whether it
