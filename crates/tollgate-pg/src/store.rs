@@ -13,8 +13,9 @@
 //!   the locking path when they keep changing.
 //!
 //! Locks are taken in one global order so that no two operations can wait on
-//! each other in a cycle: account rows first (in `account_id` order), then
-//! lease rows (in `lease_id` order), then credential rows. Every write to a
+//! each other in a cycle: a keyed request's idempotency key row first
+//! (`idempotency`), then account rows (in `account_id` order), then lease rows
+//! (in `lease_id` order), then credential rows. Every write to a
 //! lease happens under its account's lock. The locking reclaim pass is the
 //! exception that proves the rule: it finds due leases with `FOR UPDATE SKIP
 //! LOCKED` and then takes their accounts with `SKIP LOCKED` as well, so it

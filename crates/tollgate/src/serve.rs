@@ -50,6 +50,11 @@ pub struct ServeArgs {
     #[arg(long, env = "TOLLGATE_REQUEST_TIMEOUT", default_value = "PT30S", value_parser = parse_duration, value_name = "DURATION")]
     request_timeout: SignedDuration,
 
+    /// How long the answer to a request sent with an Idempotency-Key answers
+    /// its retries (ISO 8601); after it, the key is new again.
+    #[arg(long, env = "TOLLGATE_IDEMPOTENCY_RETENTION", default_value = "PT24H", value_parser = parse_duration, value_name = "DURATION")]
+    idempotency_retention: SignedDuration,
+
     /// PostgreSQL URL; without it the server runs on the in-memory store.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
     database_url: Option<String>,
@@ -76,6 +81,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let policy = config::policy(args.max_ttl, args.reclaim_grace, args.reclaim_batch)?;
     let interval = config::positive_std("--reclaim-interval / TOLLGATE_RECLAIM_INTERVAL", args.reclaim_interval)?;
     let request_timeout = config::positive_std("--request-timeout / TOLLGATE_REQUEST_TIMEOUT", args.request_timeout)?;
+    config::positive_std("--idempotency-retention / TOLLGATE_IDEMPOTENCY_RETENTION", args.idempotency_retention)?;
     let on_memory = args.database_url.is_none();
 
     let Configured { admin, gateway, generated } = configured_tokens(args.admin_token, args.gateway_token, on_memory)?;
@@ -146,7 +152,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         opened.store,
         Arc::new(SystemClock),
         tokens,
-        Limits { request_timeout, ..Limits::default() },
+        Limits { request_timeout, idempotency_retention: args.idempotency_retention, ..Limits::default() },
     );
     tollgate_server::serve(listener, state, ReclaimConfig { interval }, shutdown_signal())
         .await
