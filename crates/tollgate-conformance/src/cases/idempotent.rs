@@ -134,6 +134,11 @@ pub async fn refused_keyed_requests_record_nothing<F: StoreFactory>(f: &F) {
     assert_ledger(&s, "acct", once).await;
     let missing = s.revoke_credential_idempotent(Some(&k), "cred_missing", ts(T0)).await;
     assert_eq!(missing.unwrap_err(), Error::CredentialNotFound);
+    let missing = s.release_idempotent(Some(&k), "lse_missing", "tgc_any", ts(T0)).await;
+    assert_eq!(missing.unwrap_err(), Error::LeaseNotFound);
+    let missing = s.acquire_idempotent(Some(&k), "nobody", 1, secs(30), ts(T0)).await;
+    assert_eq!(missing.unwrap_err(), Error::AccountNotFound);
+    assert_ledger(&s, "acct", once).await;
 }
 
 pub async fn expired_idempotency_records_are_purged_in_bounded_batches<F: StoreFactory>(f: &F) {
