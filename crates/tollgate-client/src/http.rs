@@ -5,6 +5,13 @@
 //! cannot disagree on a field name. Every failure is a [`ClientError`] that
 //! carries the server's stable `code`, its `message`, whether a retry can
 //! succeed, and the HTTP status when there was one.
+//!
+//! Every mutating call that the server deduplicates by `Idempotency-Key`
+//! (acquire, release, consolidate, credential issue and revoke) is sent with a
+//! fresh random key, and an error whose `retryable()` is true is retried with
+//! the same key, so a lost answer is answered again instead of applied twice.
+//! Attempts are bounded by `ClientConfig::mutation_attempts_max`, with a
+//! backoff that doubles from `mutation_backoff_initial`.
 
 use std::time::Duration;
 
@@ -40,6 +47,26 @@ pub struct ClientConfig {
     /// reuse a connection instead of paying a handshake each.
     pub idle_connections_per_host_max: usize,
     pub idle_timeout: Duration,
+    /// Attempts of one keyed mutating call, the first included: 1 to
+    /// [`MUTATION_ATTEMPTS_MAX`].
+    pub mutation_attempts_max: u32,
+    /// The wait before the second attempt; each later wait doubles. At most
+    /// [`MUTATION_BACKOFF_INITIAL_MAX`].
+    pub mutation_backoff_initial: Duration,
+}
+
+/// The most attempts one keyed mutating call may be configured to make.
+pub const MUTATION_ATTEMPTS_MAX: u32 = 20;
+/// The longest first backoff of a keyed mutating call.
+pub const MUTATION_BACKOFF_INITIAL_MAX: Duration = Duration::from_secs(10);
+
+/// The header that names a mutating request for idempotent retries.
+const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
+
+/// A fresh key: 256 random bits, so that nobody can guess it (it unseals the
+/// recorded answer on the server).
+fn new_idempotency_key() -> String {
+    rand::random::<[u8; 32]>().iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 impl ClientConfig {
@@ -51,6 +78,8 @@ impl ClientConfig {
             connect_timeout: Duration::from_secs(2),
             idle_connections_per_host_max: 32,
             idle_timeout: Duration::from_secs(90),
+            mutation_attempts_max: 4,
+            mutation_backoff_initial: Duration::from_millis(100),
         }
     }
 }
@@ -62,6 +91,8 @@ pub enum ClientBuildError {
     InvalidBaseUrl { url: String, reason: String },
     #[error("operator token is not a valid header value")]
     InvalidToken,
+    #[error("mutation_attempts_max must be 1 to {MUTATION_ATTEMPTS_MAX} and mutation_backoff_initial at most 10 s")]
+    InvalidMutationRetry,
     #[error("the HTTP client could not be built: {0}")]
     Http(#[from] reqwest::Error),
 }
@@ -193,6 +224,8 @@ pub struct TollgateClient {
     base_url: Url,
     /// `Bearer <token>`, marked sensitive so it is never logged by the stack.
     authorization: Option<reqwest::header::HeaderValue>,
+    mutation_attempts_max: u32,
+    mutation_backoff_initial: Duration,
 }
 
 impl std::fmt::Debug for TollgateClient {
@@ -211,6 +244,12 @@ impl TollgateClient {
         if !matches!(base_url.scheme(), "http" | "https") || base_url.cannot_be_a_base() {
             return Err(invalid("the scheme must be http or https".into()));
         }
+        let attempts = 1..=MUTATION_ATTEMPTS_MAX;
+        if !attempts.contains(&config.mutation_attempts_max)
+            || config.mutation_backoff_initial > MUTATION_BACKOFF_INITIAL_MAX
+        {
+            return Err(ClientBuildError::InvalidMutationRetry);
+        }
         let authorization = match &config.token {
             None => None,
             Some(token) => {
@@ -228,7 +267,13 @@ impl TollgateClient {
             .pool_idle_timeout(config.idle_timeout)
             .tcp_nodelay(true)
             .build()?;
-        Ok(Self { http, base_url, authorization })
+        Ok(Self {
+            http,
+            base_url,
+            authorization,
+            mutation_attempts_max: config.mutation_attempts_max,
+            mutation_backoff_initial: config.mutation_backoff_initial,
+        })
     }
 
     pub fn base_url(&self) -> &Url {
@@ -258,9 +303,7 @@ impl TollgateClient {
     /// this response only.
     pub async fn issue_credential(&self, account_id: &str, label: &str) -> Result<IssuedCredentialBody, ClientError> {
         let body = CreateCredentialRequest { label: label.to_owned() };
-        self.json(Method::POST, &["v1", "accounts", account_id, "credentials"], Some(&body))
-            .await
-            .map(|(_, issued)| issued)
+        self.keyed(&["v1", "accounts", account_id, "credentials"], Some(&body)).await
     }
 
     /// `GET /v1/credentials/{credential_id}` (admin).
@@ -270,7 +313,7 @@ impl TollgateClient {
 
     /// `POST /v1/credentials/{credential_id}/revoke` (admin).
     pub async fn revoke_credential(&self, credential_id: &str) -> Result<CredentialBody, ClientError> {
-        self.json(Method::POST, &["v1", "credentials", credential_id, "revoke"], None::<&()>).await.map(|(_, c)| c)
+        self.keyed(&["v1", "credentials", credential_id, "revoke"], None::<&()>).await
     }
 
     /// `POST /v1/credentials/verify` (gateway). Never changes activity.
@@ -283,7 +326,7 @@ impl TollgateClient {
     /// and its capability, which is shown only here.
     pub async fn acquire(&self, account_id: &str, units: u64, ttl: SignedDuration) -> Result<LeaseBody, ClientError> {
         let body = AcquireRequest { units, ttl };
-        self.json(Method::POST, &["v1", "accounts", account_id, "leases"], Some(&body)).await.map(|(_, l)| l)
+        self.keyed(&["v1", "accounts", account_id, "leases"], Some(&body)).await
     }
 
     /// `GET /v1/leases/{lease_id}` (gateway), without the capability.
@@ -294,7 +337,7 @@ impl TollgateClient {
     /// `POST /v1/leases/{lease_id}/release` (gateway).
     pub async fn release(&self, lease_id: &str, capability: &str) -> Result<ReleaseResponse, ClientError> {
         let body = ReleaseRequest { capability: capability.to_owned() };
-        self.json(Method::POST, &["v1", "leases", lease_id, "release"], Some(&body)).await.map(|(_, r)| r)
+        self.keyed(&["v1", "leases", lease_id, "release"], Some(&body)).await
     }
 
     /// `POST /v1/accounts/{account_id}/leases/consolidate` (gateway): settles
@@ -308,9 +351,7 @@ impl TollgateClient {
         ttl: SignedDuration,
     ) -> Result<ConsolidateResponse, ClientError> {
         let body = ConsolidateRequest { leases, extra_units, ttl };
-        self.json(Method::POST, &["v1", "accounts", account_id, "leases", "consolidate"], Some(&body))
-            .await
-            .map(|(_, c)| c)
+        self.keyed(&["v1", "accounts", account_id, "leases", "consolidate"], Some(&body)).await
     }
 
     /// `POST /v1/usage` (gateway): one outcome per event, in input order.
@@ -342,7 +383,7 @@ impl TollgateClient {
 
     /// `GET /metrics`: the Prometheus text exposition.
     pub async fn metrics(&self) -> Result<String, ClientError> {
-        let (_, bytes) = self.send(Method::GET, &["metrics"], None::<&()>).await?;
+        let (_, bytes) = self.send(Method::GET, &["metrics"], None::<&()>, None).await?;
         String::from_utf8(bytes).map_err(|e| ClientError {
             kind: ClientErrorKind::InvalidResponse,
             status: Some(200),
@@ -368,13 +409,45 @@ impl TollgateClient {
         url
     }
 
+    /// A `POST` under a fresh `Idempotency-Key`, retried with the same key
+    /// while the error is retryable and attempts remain.
+    async fn keyed<B: Serialize, T: DeserializeOwned>(
+        &self,
+        segments: &[&str],
+        body: Option<&B>,
+    ) -> Result<T, ClientError> {
+        let key = new_idempotency_key();
+        let mut backoff = self.mutation_backoff_initial;
+        let mut attempt = 1;
+        loop {
+            match self.json_keyed(Method::POST, segments, body, Some(&key)).await {
+                Err(error) if error.retryable() && attempt < self.mutation_attempts_max => {
+                    tokio::time::sleep(backoff).await;
+                    backoff = backoff.saturating_mul(2);
+                    attempt += 1;
+                }
+                result => return result.map(|(_, value)| value),
+            }
+        }
+    }
+
     async fn json<B: Serialize, T: DeserializeOwned>(
         &self,
         method: Method,
         segments: &[&str],
         body: Option<&B>,
     ) -> Result<(StatusCode, T), ClientError> {
-        let (status, bytes) = self.send(method, segments, body).await?;
+        self.json_keyed(method, segments, body, None).await
+    }
+
+    async fn json_keyed<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        segments: &[&str],
+        body: Option<&B>,
+        idempotency_key: Option<&str>,
+    ) -> Result<(StatusCode, T), ClientError> {
+        let (status, bytes) = self.send(method, segments, body, idempotency_key).await?;
         let value = serde_json::from_slice(&bytes).map_err(|e| ClientError {
             kind: ClientErrorKind::InvalidResponse,
             status: Some(status.as_u16()),
@@ -392,10 +465,22 @@ impl TollgateClient {
         method: Method,
         segments: &[&str],
         body: Option<&B>,
+        idempotency_key: Option<&str>,
     ) -> Result<(StatusCode, Vec<u8>), ClientError> {
         let mut request = self.http.request(method, self.url(segments));
         if let Some(authorization) = &self.authorization {
             request = request.header(reqwest::header::AUTHORIZATION, authorization.clone());
+        }
+        if let Some(key) = idempotency_key {
+            let mut value = reqwest::header::HeaderValue::from_str(key).map_err(|e| ClientError {
+                kind: ClientErrorKind::InvalidResponse,
+                status: None,
+                code: "invalid_idempotency_key".into(),
+                message: e.to_string(),
+                retryable: false,
+            })?;
+            value.set_sensitive(true);
+            request = request.header(IDEMPOTENCY_KEY_HEADER, value);
         }
         if let Some(body) = body {
             request = request.json(body);
@@ -504,6 +589,25 @@ mod tests {
             message: message.into(),
             retryable,
         }
+    }
+
+    #[test]
+    fn mutation_retries_are_bounded_at_construction() {
+        let with = |attempts: u32, backoff_ms: u64| {
+            let mut config = ClientConfig::new("http://127.0.0.1:1", None);
+            config.mutation_attempts_max = attempts;
+            config.mutation_backoff_initial = Duration::from_millis(backoff_ms);
+            TollgateClient::new(config).map(|_| ())
+        };
+        assert!(with(1, 0).is_ok());
+        assert!(with(MUTATION_ATTEMPTS_MAX, 10_000).is_ok());
+        for (attempts, backoff_ms) in [(0, 100), (MUTATION_ATTEMPTS_MAX + 1, 100), (4, 10_001)] {
+            assert!(matches!(with(attempts, backoff_ms), Err(ClientBuildError::InvalidMutationRetry)), "{attempts}");
+        }
+        let key = new_idempotency_key();
+        assert_eq!(key.len(), 64);
+        assert!(key.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_ne!(new_idempotency_key(), key);
     }
 
     #[test]

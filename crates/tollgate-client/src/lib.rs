@@ -24,8 +24,8 @@ pub use config::{
 };
 pub use gateway::{Gateway, GatewayConfig, GatewayConfigError, GatewayReport, Spend, SpendError, SpendReceipt};
 pub use http::{
-    ClientBuildError, ClientConfig, ClientError, ClientErrorKind, Credited, TollgateClient, ingest_error_of,
-    outcomes_of,
+    ClientBuildError, ClientConfig, ClientError, ClientErrorKind, Credited, MUTATION_ATTEMPTS_MAX,
+    MUTATION_BACKOFF_INITIAL_MAX, TollgateClient, ingest_error_of, outcomes_of,
 };
 pub use stats::{LossReason, LossReport, Tally, WriterStats};
 pub use writer::{Clock, LossCallback, RecordError, UsageWriter, WriterBuilder, WriterStopped};

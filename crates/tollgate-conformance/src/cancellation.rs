@@ -26,7 +26,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use jiff::Timestamp;
 use tokio::sync::Notify;
 use tollgate_core::UsageEvent;
-use tollgate_store::{IssuedLease, Store};
+use tollgate_store::{Idempotency, IdempotencyKey, IssuedLease, Store};
 
 use crate::support::{Ledger, handle, leased, secs, ts};
 
@@ -66,12 +66,17 @@ const OPERATIONS: &[&str] = &[
     "create_account",
     "credit",
     "acquire",
+    "acquire_keyed",
     "release",
+    "release_keyed",
     "consolidate",
+    "consolidate_keyed",
     "reclaim",
     "ingest",
     "issue_credential",
+    "issue_credential_keyed",
     "revoke_credential",
+    "revoke_credential_keyed",
     "verify_credential",
     "account",
     "lease",
@@ -89,6 +94,46 @@ fn operation<'a, S: Store>(store: &'a S, name: &'static str, f: &'a Fixture) -> 
         }
         "acquire" => Box::pin(async move {
             store.acquire(&f.account_id, 10, secs(60), now).await.map(drop).map_err(|e| e.to_string())
+        }),
+        "acquire_keyed" => Box::pin(async move {
+            let key = keyed(f);
+            store
+                .acquire_idempotent(Some(&key), &f.account_id, 10, secs(60), now)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
+        }),
+        "release_keyed" => Box::pin(async move {
+            let (key, live) = (keyed(f), &f.live);
+            store
+                .release_idempotent(Some(&key), &live.lease.lease_id, live.capability.expose(), now)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
+        }),
+        "consolidate_keyed" => Box::pin(async move {
+            let key = keyed(f);
+            store
+                .consolidate_idempotent(Some(&key), &f.account_id, &[handle(&f.live)], 5, secs(60), now)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
+        }),
+        "issue_credential_keyed" => Box::pin(async move {
+            let key = keyed(f);
+            store
+                .issue_credential_idempotent(Some(&key), &f.account_id, "second", now)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
+        }),
+        "revoke_credential_keyed" => Box::pin(async move {
+            let key = keyed(f);
+            store
+                .revoke_credential_idempotent(Some(&key), &f.credential_id, now)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
         }),
         "release" => Box::pin(async move {
             let live = &f.live;
@@ -128,6 +173,12 @@ fn operation<'a, S: Store>(store: &'a S, name: &'static str, f: &'a Fixture) -> 
     }
 }
 
+/// An idempotency key of this attempt's own.
+fn keyed(f: &Fixture) -> Idempotency {
+    let key = IdempotencyKey::parse(&format!("cancellation-{}", f.attempt)).expect("a valid key");
+    Idempotency { key, retention: secs(3_600) }
+}
+
 /// Prepares attempt `attempt` of `name`: a new account with everything the
 /// operations need, at an instant after every earlier attempt's.
 async fn prepare<S: Store>(store: &S, name: &str, attempt: usize) -> Fixture {
@@ -136,6 +187,9 @@ async fn prepare<S: Store>(store: &S, name: &str, attempt: usize) -> Fixture {
     let base = 1_000_000 + 2 * 3_600 * i128::try_from(attempt).expect("few attempts");
     let now = ts(base * 1_000_000_000);
     let then = ts((base - 3_600) * 1_000_000_000);
+    // Earlier attempts' due leases are settled first, so that a reclaim
+    // pass of this attempt reaches this attempt's lease.
+    while !store.reclaim(now, u32::MAX).await.expect("reclaim").reclaimed.is_empty() {}
     let account_id = format!("{name}-{attempt}");
     store.create_account(&account_id).await.expect("account created");
     store.credit(&account_id, "funds", FUNDS).await.expect("account funded");

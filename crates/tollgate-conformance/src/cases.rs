@@ -8,6 +8,9 @@ use tollgate_store::{LeaseHandle, ReclaimedLease, Store, UsageSink};
 use crate::StoreFactory;
 use crate::support::*;
 
+mod idempotent;
+pub use idempotent::*;
+
 /// An ordinary instant with a nanosecond fraction.
 const T0: i128 = 1_700_000_000_123_456_789;
 

@@ -55,6 +55,11 @@ macro_rules! conformance_suite {
             stale_fence_cannot_report_after_settlement,
             accounts_and_credits,
             credential_lifecycle,
+            keyed_acquire_replays_once_and_refuses_reuse,
+            keyed_release_and_consolidate_replay_without_settling_twice,
+            keyed_credential_issue_and_revoke_replay,
+            refused_keyed_requests_record_nothing,
+            expired_idempotency_records_are_purged_in_bounded_batches,
         );
     };
     (@cases $factory:expr; $($case:ident),* $(,)?) => {

@@ -63,6 +63,10 @@ pub enum Error {
     ExpiryOutOfRange,
     #[error("counter {counter} would overflow")]
     CounterOverflow { counter: &'static str },
+    #[error("idempotency key must be 1 to 255 visible ASCII characters")]
+    InvalidIdempotencyKey,
+    #[error("idempotency key was already used for a different request")]
+    IdempotencyKeyReused,
     #[error("storage records reclaim grace {recorded}, this server is configured with {configured}")]
     ReclaimGraceMismatch { recorded: String, configured: String },
     #[error("storage unavailable: {0}")]
@@ -94,6 +98,8 @@ impl Error {
             Error::MixedAccounts => "mixed_accounts",
             Error::ExpiryOutOfRange => "expiry_out_of_range",
             Error::CounterOverflow { .. } => "counter_overflow",
+            Error::InvalidIdempotencyKey => "invalid_idempotency_key",
+            Error::IdempotencyKeyReused => "idempotency_key_reused",
             Error::ReclaimGraceMismatch { .. } => "reclaim_grace_mismatch",
             Error::StorageUnavailable(_) => "storage_unavailable",
             Error::StorageCorrupt(_) => "storage_corrupt",
@@ -108,7 +114,8 @@ impl Error {
             | Error::InvalidId { .. }
             | Error::InvalidLabel
             | Error::NoSourceLeases
-            | Error::DuplicateSourceLease { .. } => ErrorKind::Input,
+            | Error::DuplicateSourceLease { .. }
+            | Error::InvalidIdempotencyKey => ErrorKind::Input,
             Error::AccountNotFound | Error::LeaseNotFound | Error::CredentialNotFound => ErrorKind::NotFound,
             Error::AccountExists
             | Error::CreditConflict { .. }
@@ -119,6 +126,7 @@ impl Error {
             | Error::MixedAccounts
             | Error::ExpiryOutOfRange
             | Error::CounterOverflow { .. }
+            | Error::IdempotencyKeyReused
             | Error::ReclaimGraceMismatch { .. } => ErrorKind::Conflict,
             Error::StorageUnavailable(_) => ErrorKind::Unavailable,
             Error::StorageCorrupt(_) => ErrorKind::Corrupt,
@@ -187,6 +195,8 @@ mod tests {
             (Error::MixedAccounts, "mixed_accounts", false),
             (Error::ExpiryOutOfRange, "expiry_out_of_range", false),
             (Error::CounterOverflow { counter: "billed" }, "counter_overflow", false),
+            (Error::InvalidIdempotencyKey, "invalid_idempotency_key", false),
+            (Error::IdempotencyKeyReused, "idempotency_key_reused", false),
             (Error::StorageUnavailable("x".into()), "storage_unavailable", true),
             (Error::StorageCorrupt("x".into()), "storage_corrupt", true),
         ];

@@ -3,7 +3,8 @@
 //!
 //! Invariants this crate keeps: every SQL statement is parameterised and names
 //! its columns; each store operation writes in one transaction; rows are locked in one
-//! global order (accounts, then leases, then credentials); the rules themselves
+//! global order (a keyed request's idempotency key, then accounts, then leases,
+//! then credentials); the rules themselves
 //! live in `tollgate-core`, never here.
 
 pub mod inspect;

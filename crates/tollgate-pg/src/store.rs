@@ -13,8 +13,9 @@
 //!   the locking path when they keep changing.
 //!
 //! Locks are taken in one global order so that no two operations can wait on
-//! each other in a cycle: account rows first (in `account_id` order), then
-//! lease rows (in `lease_id` order), then credential rows. Every write to a
+//! each other in a cycle: a keyed request's idempotency key row first
+//! (`idempotency`), then account rows (in `account_id` order), then lease rows
+//! (in `lease_id` order), then credential rows. Every write to a
 //! lease happens under its account's lock. The locking reclaim pass is the
 //! exception that proves the rule: it finds due leases with `FOR UPDATE SKIP
 //! LOCKED` and then takes their accounts with `SKIP LOCKED` as well, so it
@@ -42,9 +43,9 @@ use tollgate_core::{
     SecretHash, UnitDomain, UsageEvent, check_conservation, validate_id,
 };
 use tollgate_store::{
-    AccountView, CheckReport, Consolidated, CreditReceipt, IssuedCredential, IssuedLease, LeaseHandle,
-    LegacyBoundCount, MigrationStatus, ReclaimReport, ReclaimedLease, Released, StorageStatus, Store, UsageSink,
-    Verification, new_capability, new_credential_id, new_credential_key, new_lease_id,
+    AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, LeaseHandle,
+    LegacyBoundCount, MigrationStatus, ReclaimReport, ReclaimedLease, Released, Request, StorageStatus, Store,
+    UsageSink, Verification, new_capability, new_credential_id, new_credential_key, new_lease_id,
 };
 
 use crate::inspect;
@@ -320,6 +321,7 @@ macro_rules! held_lease_select {
 }
 
 mod complete;
+mod idempotency;
 mod tx;
 mod unlocked;
 
@@ -735,6 +737,74 @@ async fn rollback(tx: Tx) {
     let _ = tx.rollback().await;
 }
 
+/// Inserts a new credential of an existing account.
+async fn insert_credential(
+    conn: &mut PgConnection,
+    account_id: &str,
+    label: &str,
+    now: Timestamp,
+) -> Result<IssuedCredential, Error> {
+    let key = new_credential_key();
+    let credential = Credential {
+        credential_id: new_credential_id(),
+        account_id: account_id.to_owned(),
+        label: label.to_owned(),
+        created_at: now,
+        revoked_at: None,
+        last_used_at: None,
+        accepted_events: 0,
+        accepted_units: 0,
+    };
+    let created = InstantPair::encode(now);
+    let inserted = sqlx::query(
+        "INSERT INTO tollgate_credentials (credential_id, account_id, label, key_hash, \
+         created_floor_us, created_submicro_ns, accepted_events, accepted_units) \
+         SELECT $1, a.account_id, $3, $4, $5, $6, 0, 0 \
+         FROM tollgate_accounts a WHERE a.account_id = $2",
+    )
+    .bind(&credential.credential_id)
+    .bind(account_id)
+    .bind(label)
+    .bind(key.hash().as_bytes().to_vec())
+    .bind(created.floor_us)
+    .bind(created.submicro_ns)
+    .execute(conn)
+    .await
+    .map_err(storage_error)?;
+    if inserted.rows_affected() == 0 {
+        return Err(Error::AccountNotFound);
+    }
+    Ok(IssuedCredential { credential, key })
+}
+
+/// Revokes a credential under its row lock; revoking again keeps the first
+/// revocation time.
+async fn revoke_locked(conn: &mut PgConnection, credential_id: &str, now: Timestamp) -> Result<Credential, Error> {
+    let row: Option<CredentialRow> = sqlx::query_as(concat!(
+        "SELECT ",
+        credential_columns!(),
+        " FROM tollgate_credentials c WHERE c.credential_id = $1 FOR UPDATE"
+    ))
+    .bind(credential_id)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(storage_error)?;
+    let mut credential = row.ok_or(Error::CredentialNotFound)?.decode()?.credential;
+    credential.revoke(now);
+    let revoked = credential.revoked_at.map(InstantPair::encode);
+    sqlx::query(
+        "UPDATE tollgate_credentials SET revoked_floor_us = $2, revoked_submicro_ns = $3 \
+         WHERE credential_id = $1",
+    )
+    .bind(credential_id)
+    .bind(revoked.map(|p| p.floor_us))
+    .bind(revoked.map(|p| p.submicro_ns))
+    .execute(conn)
+    .await
+    .map_err(storage_error)?;
+    Ok(credential)
+}
+
 impl Engine {
     async fn begin(&self) -> Result<Tx, Error> {
         Tx::begin(&self.pool).await.map_err(storage_error)
@@ -751,6 +821,66 @@ impl Engine {
         let issued = Self::issue(account_id, grant);
         changes.granted.push((issued.lease.clone(), issued.capability.hash()));
         issued
+    }
+
+    async fn acquire_locked(
+        &self,
+        conn: &mut PgConnection,
+        account_id: &str,
+        units: u64,
+        ttl: SignedDuration,
+        now: Timestamp,
+    ) -> Result<IssuedLease, Error> {
+        let mut account = lock_account(conn, account_id).await?;
+        let grant = ledger::acquire(&mut account, units, ttl, now, &self.policy, DOMAIN)?;
+        let mut changes = Changes::default();
+        let issued = Self::stage_grant(account_id, grant, &mut changes);
+        changes.accounts.push(account);
+        persist(conn, &changes).await?;
+        Ok(issued)
+    }
+
+    async fn release_locked(
+        &self,
+        conn: &mut PgConnection,
+        lease_id: &str,
+        capability: &str,
+        now: Timestamp,
+    ) -> Result<Released, Error> {
+        // One locking read for both rows; the OF clauses lock the account
+        // before the lease, the global lock order.
+        let sql = concat!(held_lease_select!(), " WHERE l.lease_id = $1 FOR NO KEY UPDATE OF a FOR UPDATE OF l");
+        let (mut account, record) = load_held(conn, sql, lease_id).await?;
+        let mut lease = held(Some(&record), capability)?;
+        let settlement = ledger::release(&mut account, &mut lease, now, &self.policy, DOMAIN)?;
+        let changes = Changes { accounts: vec![account], leases: vec![lease.clone()], ..Changes::default() };
+        persist(conn, &changes).await?;
+        Ok(Released { lease, settlement })
+    }
+
+    async fn consolidate_locked(
+        &self,
+        conn: &mut PgConnection,
+        account_id: &str,
+        sources: &[LeaseHandle],
+        extra_units: u64,
+        ttl: SignedDuration,
+        now: Timestamp,
+    ) -> Result<Consolidated, Error> {
+        let mut account = lock_account(conn, account_id).await?;
+        let lease_ids = sorted_ids(sources.iter().map(|h| h.lease_id.as_str()));
+        let records = lock_leases(conn, &lease_ids).await?;
+        let mut leases = sources
+            .iter()
+            .map(|handle| held(records.get(&handle.lease_id), &handle.capability))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (grant, settlements) =
+            ledger::consolidate(&mut account, &mut leases, extra_units, ttl, now, &self.policy, DOMAIN)?;
+        let mut changes = Changes { leases: leases.clone(), ..Changes::default() };
+        let lease = Self::stage_grant(account_id, grant, &mut changes);
+        changes.accounts.push(account);
+        persist(conn, &changes).await?;
+        Ok(Consolidated { lease, settlements: leases.into_iter().zip(settlements).collect() })
     }
 
     async fn ingest_inner(&self, batch: &[UsageEvent], now: Timestamp) -> Result<Vec<EventOutcome>, IngestError> {
@@ -931,79 +1061,69 @@ impl Store for Engine {
         finish(tx, result).await
     }
 
-    async fn acquire(
+    async fn acquire_idempotent(
         &self,
+        idempotency: Option<&Idempotency>,
         account_id: &str,
         units: u64,
         ttl: SignedDuration,
         now: Timestamp,
     ) -> Result<IssuedLease, Error> {
+        if let Some(idempotency) = idempotency {
+            let request = Request::Acquire { account_id, units, ttl };
+            let operation =
+                async |conn: &mut PgConnection| self.acquire_locked(conn, account_id, units, ttl, now).await;
+            return self.keyed(idempotency, request, now, operation).await;
+        }
         if let Attempt::Done(issued) = self.acquire_unlocked(account_id, units, ttl, now).await? {
             return Ok(issued);
         }
         let mut tx = self.begin().await?;
-        let result: Result<IssuedLease, Error> = async {
-            let mut account = lock_account(&mut tx, account_id).await?;
-            let grant = ledger::acquire(&mut account, units, ttl, now, &self.policy, DOMAIN)?;
-            let mut changes = Changes::default();
-            let issued = Self::stage_grant(account_id, grant, &mut changes);
-            changes.accounts.push(account);
-            persist(&mut tx, &changes).await?;
-            Ok(issued)
-        }
-        .await;
+        let result = self.acquire_locked(&mut tx, account_id, units, ttl, now).await;
         finish(tx, result).await
     }
 
-    async fn release(&self, lease_id: &str, capability: &str, now: Timestamp) -> Result<Released, Error> {
+    async fn release_idempotent(
+        &self,
+        idempotency: Option<&Idempotency>,
+        lease_id: &str,
+        capability: &str,
+        now: Timestamp,
+    ) -> Result<Released, Error> {
         if !storable(lease_id) {
             return Err(Error::LeaseNotFound);
+        }
+        if let Some(idempotency) = idempotency {
+            let request = Request::Release { lease_id, capability };
+            let operation = async |conn: &mut PgConnection| self.release_locked(conn, lease_id, capability, now).await;
+            return self.keyed(idempotency, request, now, operation).await;
         }
         if let Attempt::Done(released) = self.release_unlocked(lease_id, capability, now).await? {
             return Ok(released);
         }
         let mut tx = self.begin().await?;
-        let result: Result<Released, Error> = async {
-            // One locking read for both rows; the OF clauses lock the account
-            // before the lease, the global lock order.
-            let sql = concat!(held_lease_select!(), " WHERE l.lease_id = $1 FOR NO KEY UPDATE OF a FOR UPDATE OF l");
-            let (mut account, record) = load_held(&mut tx, sql, lease_id).await?;
-            let mut lease = held(Some(&record), capability)?;
-            let settlement = ledger::release(&mut account, &mut lease, now, &self.policy, DOMAIN)?;
-            let changes = Changes { accounts: vec![account], leases: vec![lease.clone()], ..Changes::default() };
-            persist(&mut tx, &changes).await?;
-            Ok(Released { lease, settlement })
-        }
-        .await;
+        let result = self.release_locked(&mut tx, lease_id, capability, now).await;
         finish(tx, result).await
     }
 
-    async fn consolidate(
+    async fn consolidate_idempotent(
         &self,
+        idempotency: Option<&Idempotency>,
         account_id: &str,
         sources: &[LeaseHandle],
         extra_units: u64,
         ttl: SignedDuration,
         now: Timestamp,
     ) -> Result<Consolidated, Error> {
-        let mut tx = self.begin().await?;
-        let result: Result<Consolidated, Error> = async {
-            let mut account = lock_account(&mut tx, account_id).await?;
-            let lease_ids = sorted_ids(sources.iter().map(|h| h.lease_id.as_str()));
-            let records = lock_leases(&mut tx, &lease_ids).await?;
-            let mut leases = sources
-                .iter()
-                .map(|handle| held(records.get(&handle.lease_id), &handle.capability))
-                .collect::<Result<Vec<_>, _>>()?;
-            let (grant, settlements) =
-                ledger::consolidate(&mut account, &mut leases, extra_units, ttl, now, &self.policy, DOMAIN)?;
-            let mut changes = Changes { leases: leases.clone(), ..Changes::default() };
-            let lease = Self::stage_grant(account_id, grant, &mut changes);
-            changes.accounts.push(account);
-            persist(&mut tx, &changes).await?;
-            Ok(Consolidated { lease, settlements: leases.into_iter().zip(settlements).collect() })
+        let operation = async |conn: &mut PgConnection| {
+            self.consolidate_locked(conn, account_id, sources, extra_units, ttl, now).await
+        };
+        if let Some(idempotency) = idempotency {
+            let request = Request::Consolidate { account_id, sources, extra_units, ttl };
+            return self.keyed(idempotency, request, now, operation).await;
         }
-        .await;
+        let mut tx = self.begin().await?;
+        let result = operation(&mut tx).await;
         finish(tx, result).await
     }
 
@@ -1071,7 +1191,13 @@ impl Store for Engine {
         finish(tx, result).await
     }
 
-    async fn issue_credential(&self, account_id: &str, label: &str, now: Timestamp) -> Result<IssuedCredential, Error> {
+    async fn issue_credential_idempotent(
+        &self,
+        idempotency: Option<&Idempotency>,
+        account_id: &str,
+        label: &str,
+        now: Timestamp,
+    ) -> Result<IssuedCredential, Error> {
         validate_label(label)?;
         // PostgreSQL text cannot hold NUL; such a label is not storable here.
         if !storable(label) {
@@ -1080,37 +1206,13 @@ impl Store for Engine {
         if !storable(account_id) {
             return Err(Error::AccountNotFound);
         }
-        let key = new_credential_key();
-        let credential = Credential {
-            credential_id: new_credential_id(),
-            account_id: account_id.to_owned(),
-            label: label.to_owned(),
-            created_at: now,
-            revoked_at: None,
-            last_used_at: None,
-            accepted_events: 0,
-            accepted_units: 0,
-        };
-        let created = InstantPair::encode(now);
-        let inserted = sqlx::query(
-            "INSERT INTO tollgate_credentials (credential_id, account_id, label, key_hash, \
-             created_floor_us, created_submicro_ns, accepted_events, accepted_units) \
-             SELECT $1, a.account_id, $3, $4, $5, $6, 0, 0 \
-             FROM tollgate_accounts a WHERE a.account_id = $2",
-        )
-        .bind(&credential.credential_id)
-        .bind(account_id)
-        .bind(label)
-        .bind(key.hash().as_bytes().to_vec())
-        .bind(created.floor_us)
-        .bind(created.submicro_ns)
-        .execute(&self.pool)
-        .await
-        .map_err(storage_error)?;
-        if inserted.rows_affected() == 0 {
-            return Err(Error::AccountNotFound);
+        let operation = async |conn: &mut PgConnection| insert_credential(conn, account_id, label, now).await;
+        if let Some(idempotency) = idempotency {
+            let request = Request::IssueCredential { account_id, label };
+            return self.keyed(idempotency, request, now, operation).await;
         }
-        Ok(IssuedCredential { credential, key })
+        let mut conn = self.pool.acquire().await.map_err(storage_error)?;
+        operation(&mut conn).await
     }
 
     async fn verify_credential(&self, key: &str) -> Result<Verification, Error> {
@@ -1142,38 +1244,27 @@ impl Store for Engine {
         })
     }
 
-    async fn revoke_credential(&self, credential_id: &str, now: Timestamp) -> Result<Credential, Error> {
+    async fn revoke_credential_idempotent(
+        &self,
+        idempotency: Option<&Idempotency>,
+        credential_id: &str,
+        now: Timestamp,
+    ) -> Result<Credential, Error> {
         if !storable(credential_id) {
             return Err(Error::CredentialNotFound);
         }
-        let mut tx = self.begin().await?;
-        let result: Result<Credential, Error> = async {
-            let row: Option<CredentialRow> = sqlx::query_as(concat!(
-                "SELECT ",
-                credential_columns!(),
-                " FROM tollgate_credentials c WHERE c.credential_id = $1 FOR UPDATE"
-            ))
-            .bind(credential_id)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(storage_error)?;
-            let mut credential = row.ok_or(Error::CredentialNotFound)?.decode()?.credential;
-            credential.revoke(now);
-            let revoked = credential.revoked_at.map(InstantPair::encode);
-            sqlx::query(
-                "UPDATE tollgate_credentials SET revoked_floor_us = $2, revoked_submicro_ns = $3 \
-             WHERE credential_id = $1",
-            )
-            .bind(credential_id)
-            .bind(revoked.map(|p| p.floor_us))
-            .bind(revoked.map(|p| p.submicro_ns))
-            .execute(&mut *tx)
-            .await
-            .map_err(storage_error)?;
-            Ok(credential)
+        let operation = async |conn: &mut PgConnection| revoke_locked(conn, credential_id, now).await;
+        if let Some(idempotency) = idempotency {
+            let request = Request::RevokeCredential { credential_id };
+            return self.keyed(idempotency, request, now, operation).await;
         }
-        .await;
+        let mut tx = self.begin().await?;
+        let result = operation(&mut tx).await;
         finish(tx, result).await
+    }
+
+    async fn purge_idempotency(&self, now: Timestamp, limit: u32) -> Result<u32, Error> {
+        self.purge_expired_keys(now, limit).await
     }
 
     async fn account(&self, account_id: &str) -> Result<AccountView, Error> {

@@ -6,6 +6,7 @@ use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
+use tollgate_store::{Idempotency, IdempotencyKey};
 
 use crate::AppState;
 use crate::error::ApiError;
@@ -46,5 +47,26 @@ impl<T: DeserializeOwned + Send> FromRequestParts<AppState> for ApiPath<T> {
             .await
             .map(|Path(value)| ApiPath(value))
             .map_err(|rejection| ApiError::InvalidPath(rejection.body_text()))
+    }
+}
+
+/// The header a client names a retryable request with.
+pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
+
+/// The optional `Idempotency-Key` header of a mutating request, with the
+/// server's retention. A header that is not 1 to 255 visible ASCII characters
+/// is refused with 400 `invalid_idempotency_key`.
+pub struct IdempotencyHeader(pub Option<Idempotency>);
+
+impl FromRequestParts<AppState> for IdempotencyHeader {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let Some(value) = parts.headers.get(IDEMPOTENCY_KEY_HEADER) else {
+            return Ok(IdempotencyHeader(None));
+        };
+        let value = value.to_str().map_err(|_| tollgate_core::Error::InvalidIdempotencyKey)?;
+        let key = IdempotencyKey::parse(value)?;
+        Ok(IdempotencyHeader(Some(Idempotency { key, retention: state.limits().idempotency_retention })))
     }
 }

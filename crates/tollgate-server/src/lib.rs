@@ -84,11 +84,17 @@ pub const REQUEST_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
 pub struct Limits {
     pub body_bytes_max: usize,
     pub request_timeout: Duration,
+    /// How long a keyed request's answer answers its retries; positive.
+    pub idempotency_retention: jiff::SignedDuration,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { body_bytes_max: BODY_BYTES_MAX, request_timeout: REQUEST_TIMEOUT_DEFAULT }
+        Self {
+            body_bytes_max: BODY_BYTES_MAX,
+            request_timeout: REQUEST_TIMEOUT_DEFAULT,
+            idempotency_retention: tollgate_store::IDEMPOTENCY_RETENTION_DEFAULT,
+        }
     }
 }
 

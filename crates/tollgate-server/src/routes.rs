@@ -24,7 +24,7 @@ use tollgate_store::{IssuedLease, LeaseHandle};
 use crate::AppState;
 use crate::auth::{AdminAuth, GatewayAuth};
 use crate::error::ApiError;
-use crate::extract::{ApiJson, ApiPath};
+use crate::extract::{ApiJson, ApiPath, IdempotencyHeader};
 use crate::metrics::LeaseEvent;
 use crate::openapi;
 use crate::worker;
@@ -133,14 +133,15 @@ pub(crate) async fn credit(
 /// Issues an end-user API key. The key is in this response only.
 #[utoipa::path(
     post, path = "/v1/accounts/{account_id}/credentials", tag = "credentials",
-    params(("account_id" = String, Path)),
+    params(("account_id" = String, Path), ("Idempotency-Key" = Option<String>, Header, nullable = false, description = "1 to 255 visible ASCII characters; a random UUIDv4 or better. A retry with the same key and request answers with the original status and body and applies nothing again")),
     request_body = CreateCredentialRequest,
     responses(
         (status = 201, description = "The credential and its key, shown once", body = IssuedCredentialBody),
-        (status = 400, description = "`invalid_label` or bad body", body = ErrorBody),
+        (status = 400, description = "`invalid_label`, `invalid_idempotency_key` or bad body", body = ErrorBody),
         (status = 401, description = "No or unknown token", body = ErrorBody),
         (status = 403, description = "Not the admin token", body = ErrorBody),
         (status = 404, description = "`account_not_found`", body = ErrorBody),
+        (status = 409, description = "`idempotency_key_reused`", body = ErrorBody),
     ),
     security(("bearer" = [])),
 )]
@@ -148,9 +149,11 @@ pub(crate) async fn issue_credential(
     _: AdminAuth,
     State(state): State<AppState>,
     ApiPath(account_id): ApiPath<String>,
+    IdempotencyHeader(idempotency): IdempotencyHeader,
     ApiJson(body): ApiJson<CreateCredentialRequest>,
 ) -> ApiResult {
-    let issued = state.store().issue_credential(&account_id, &body.label, state.now()).await?;
+    let store = state.store();
+    let issued = store.issue_credential_idempotent(idempotency.as_ref(), &account_id, &body.label, state.now()).await?;
     json(
         StatusCode::CREATED,
         IssuedCredentialBody {
@@ -184,12 +187,14 @@ pub(crate) async fn get_credential(
 /// Revokes a credential. Revoking again keeps the first revocation time.
 #[utoipa::path(
     post, path = "/v1/credentials/{credential_id}/revoke", tag = "credentials",
-    params(("credential_id" = String, Path)),
+    params(("credential_id" = String, Path), ("Idempotency-Key" = Option<String>, Header, nullable = false, description = "1 to 255 visible ASCII characters; a random UUIDv4 or better. A retry with the same key and request answers with the original status and body and applies nothing again")),
     responses(
         (status = 200, description = "The revoked credential", body = CredentialBody),
+        (status = 400, description = "`invalid_idempotency_key`", body = ErrorBody),
         (status = 401, description = "No or unknown token", body = ErrorBody),
         (status = 403, description = "Not the admin token", body = ErrorBody),
         (status = 404, description = "`credential_not_found`", body = ErrorBody),
+        (status = 409, description = "`idempotency_key_reused`", body = ErrorBody),
     ),
     security(("bearer" = [])),
 )]
@@ -197,8 +202,10 @@ pub(crate) async fn revoke_credential(
     _: AdminAuth,
     State(state): State<AppState>,
     ApiPath(credential_id): ApiPath<String>,
+    IdempotencyHeader(idempotency): IdempotencyHeader,
 ) -> ApiResult {
-    let credential = state.store().revoke_credential(&credential_id, state.now()).await?;
+    let credential =
+        state.store().revoke_credential_idempotent(idempotency.as_ref(), &credential_id, state.now()).await?;
     json(StatusCode::OK, CredentialBody::from(&credential))
 }
 
@@ -226,14 +233,14 @@ pub(crate) async fn verify_credential(
 /// carries the exact expiry and the capability, which is shown only here.
 #[utoipa::path(
     post, path = "/v1/accounts/{account_id}/leases", tag = "leases",
-    params(("account_id" = String, Path)),
+    params(("account_id" = String, Path), ("Idempotency-Key" = Option<String>, Header, nullable = false, description = "1 to 255 visible ASCII characters; a random UUIDv4 or better. A retry with the same key and request answers with the original status and body and applies nothing again")),
     request_body = AcquireRequest,
     responses(
         (status = 201, description = "The lease with its capability", body = LeaseBody),
-        (status = 400, description = "`invalid_units`, `invalid_ttl`, `units_out_of_range` or bad body", body = ErrorBody),
+        (status = 400, description = "`invalid_units`, `invalid_ttl`, `units_out_of_range`, `invalid_idempotency_key` or bad body", body = ErrorBody),
         (status = 401, description = "No or unknown token", body = ErrorBody),
         (status = 404, description = "`account_not_found`", body = ErrorBody),
-        (status = 409, description = "`insufficient_balance`, `expiry_out_of_range` or `counter_overflow`", body = ErrorBody),
+        (status = 409, description = "`insufficient_balance`, `expiry_out_of_range`, `counter_overflow` or `idempotency_key_reused`", body = ErrorBody),
     ),
     security(("bearer" = [])),
 )]
@@ -241,9 +248,11 @@ pub(crate) async fn acquire(
     _: GatewayAuth,
     State(state): State<AppState>,
     ApiPath(account_id): ApiPath<String>,
+    IdempotencyHeader(idempotency): IdempotencyHeader,
     ApiJson(body): ApiJson<AcquireRequest>,
 ) -> ApiResult {
-    let issued = state.store().acquire(&account_id, body.units, body.ttl, state.now()).await?;
+    let store = state.store();
+    let issued = store.acquire_idempotent(idempotency.as_ref(), &account_id, body.units, body.ttl, state.now()).await?;
     state.metrics().count_leases(LeaseEvent::Acquired, 1);
     json(StatusCode::CREATED, issued_lease_body(&issued))
 }
@@ -272,14 +281,14 @@ pub(crate) async fn get_lease(
 /// overage.
 #[utoipa::path(
     post, path = "/v1/leases/{lease_id}/release", tag = "leases",
-    params(("lease_id" = String, Path)),
+    params(("lease_id" = String, Path), ("Idempotency-Key" = Option<String>, Header, nullable = false, description = "1 to 255 visible ASCII characters; a random UUIDv4 or better. A retry with the same key and request answers with the original status and body and applies nothing again")),
     request_body = ReleaseRequest,
     responses(
         (status = 200, description = "The settled lease and how it was split", body = ReleaseResponse),
-        (status = 400, description = "Bad body", body = ErrorBody),
+        (status = 400, description = "`invalid_idempotency_key` or bad body", body = ErrorBody),
         (status = 401, description = "No or unknown token", body = ErrorBody),
         (status = 404, description = "`lease_not_found`", body = ErrorBody),
-        (status = 409, description = "`capability_mismatch`, `lease_not_active` or `lease_expired`", body = ErrorBody),
+        (status = 409, description = "`capability_mismatch`, `lease_not_active`, `lease_expired` or `idempotency_key_reused`", body = ErrorBody),
     ),
     security(("bearer" = [])),
 )]
@@ -287,9 +296,11 @@ pub(crate) async fn release(
     _: GatewayAuth,
     State(state): State<AppState>,
     ApiPath(lease_id): ApiPath<String>,
+    IdempotencyHeader(idempotency): IdempotencyHeader,
     ApiJson(body): ApiJson<ReleaseRequest>,
 ) -> ApiResult {
-    let released = state.store().release(&lease_id, &body.capability, state.now()).await?;
+    let store = state.store();
+    let released = store.release_idempotent(idempotency.as_ref(), &lease_id, &body.capability, state.now()).await?;
     state.metrics().count_leases(LeaseEvent::Released, 1);
     let s = released.settlement;
     json(
@@ -307,14 +318,14 @@ pub(crate) async fn release(
 /// units plus `extra_units`, all or nothing.
 #[utoipa::path(
     post, path = "/v1/accounts/{account_id}/leases/consolidate", tag = "leases",
-    params(("account_id" = String, Path)),
+    params(("account_id" = String, Path), ("Idempotency-Key" = Option<String>, Header, nullable = false, description = "1 to 255 visible ASCII characters; a random UUIDv4 or better. A retry with the same key and request answers with the original status and body and applies nothing again")),
     request_body = ConsolidateRequest,
     responses(
         (status = 201, description = "The new lease with its capability, and each source's settlement", body = ConsolidateResponse),
-        (status = 400, description = "`no_source_leases`, `duplicate_source_lease`, `invalid_ttl` or bad body", body = ErrorBody),
+        (status = 400, description = "`no_source_leases`, `duplicate_source_lease`, `invalid_ttl`, `invalid_idempotency_key` or bad body", body = ErrorBody),
         (status = 401, description = "No or unknown token", body = ErrorBody),
         (status = 404, description = "`account_not_found` or `lease_not_found`", body = ErrorBody),
-        (status = 409, description = "`capability_mismatch`, `lease_not_active`, `lease_expired`, `mixed_accounts`, `insufficient_balance` or `expiry_out_of_range`", body = ErrorBody),
+        (status = 409, description = "`capability_mismatch`, `lease_not_active`, `lease_expired`, `mixed_accounts`, `insufficient_balance`, `expiry_out_of_range` or `idempotency_key_reused`", body = ErrorBody),
     ),
     security(("bearer" = [])),
 )]
@@ -322,6 +333,7 @@ pub(crate) async fn consolidate(
     _: GatewayAuth,
     State(state): State<AppState>,
     ApiPath(account_id): ApiPath<String>,
+    IdempotencyHeader(idempotency): IdempotencyHeader,
     ApiJson(body): ApiJson<ConsolidateRequest>,
 ) -> ApiResult {
     let sources: Vec<LeaseHandle> = body
@@ -329,8 +341,11 @@ pub(crate) async fn consolidate(
         .into_iter()
         .map(|handle| LeaseHandle { lease_id: handle.lease_id, capability: handle.capability })
         .collect();
-    let consolidated =
-        state.store().consolidate(&account_id, &sources, body.extra_units, body.ttl, state.now()).await?;
+    let (extra_units, ttl, now) = (body.extra_units, body.ttl, state.now());
+    let consolidated = state
+        .store()
+        .consolidate_idempotent(idempotency.as_ref(), &account_id, &sources, extra_units, ttl, now)
+        .await?;
     state.metrics().count_leases(LeaseEvent::Consolidated, consolidated.settlements.len() as u64);
     state.metrics().count_leases(LeaseEvent::Acquired, 1);
     let settlements = consolidated

@@ -5,13 +5,18 @@
 //! passes per tick so that one tick can never run forever. Stores settle each
 //! lease at most once even with several reclaimers, so several servers on one
 //! database may all run this worker.
+//!
+//! Each tick also purges expired idempotency records, in batches of at most
+//! `IDEMPOTENCY_PURGE_BATCH_MAX` and at most `PASSES_PER_TICK_MAX` batches. An
+//! expired record no longer answers retries whether purged or not, so purging
+//! bounds storage, never behaviour.
 
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 use tollgate_core::Error;
-use tollgate_store::ReclaimReport;
+use tollgate_store::{IDEMPOTENCY_PURGE_BATCH_MAX, ReclaimReport};
 
 use crate::AppState;
 
@@ -70,6 +75,20 @@ pub async fn worker_tick(state: &AppState) -> Result<u64, Error> {
     reclaim_tick(state).await
 }
 
+/// Purges expired idempotency records until a batch comes back not full, or
+/// the per-tick bound is reached. Returns how many were purged.
+pub async fn purge_tick(state: &AppState) -> Result<u64, Error> {
+    let mut purged = 0u64;
+    for _ in 0..PASSES_PER_TICK_MAX {
+        let batch = state.store().purge_idempotency(state.now(), IDEMPOTENCY_PURGE_BATCH_MAX).await?;
+        purged += u64::from(batch);
+        if batch < IDEMPOTENCY_PURGE_BATCH_MAX {
+            break;
+        }
+    }
+    Ok(purged)
+}
+
 /// Runs ticks until `stop` turns true (or its sender is dropped). A tick in
 /// progress finishes first, so no pass is cut off half way.
 pub async fn run(state: AppState, config: ReclaimConfig, mut stop: watch::Receiver<bool>) {
@@ -87,6 +106,9 @@ pub async fn run(state: AppState, config: ReclaimConfig, mut stop: watch::Receiv
                     Ok(0) => {}
                     Ok(settled) => tracing::info!(settled, "reclaimed leases past expiry and grace"),
                     Err(error) => tracing::warn!(code = error.code(), %error, "reclaim pass failed; retrying next tick"),
+                }
+                if let Err(error) = purge_tick(&state).await {
+                    tracing::warn!(code = error.code(), %error, "idempotency purge failed; retrying next tick");
                 }
             }
         }

@@ -4,10 +4,15 @@
 //! A store does two things only: it loads the state an operation needs and persists
 //! what `tollgate-core` decided. The rules themselves live in the core.
 
+mod idempotency;
 mod memory;
 mod model;
 mod secrets;
 
+pub use idempotency::{
+    Answer, Claim, IDEMPOTENCY_KEY_CHARS_MAX, IDEMPOTENCY_PURGE_BATCH_MAX, IDEMPOTENCY_RETENTION_DEFAULT, Idempotency,
+    IdempotencyKey, Replayable, Request,
+};
 pub use memory::MemoryStore;
 pub use model::{
     AccountView, CheckReport, Consolidated, CreditReceipt, GuardViolation, IssuedCredential, IssuedLease, LeaseHandle,
@@ -39,14 +44,48 @@ pub trait Store: UsageSink {
     /// Idempotent on `credit_id`: a replay with the same units returns the account
     /// with `created = false`; the same id with other units is `credit_conflict`.
     async fn credit(&self, account_id: &str, credit_id: &str, units: u64) -> Result<CreditReceipt, Error>;
+    /// The five mutating operations below each have an `_idempotent` form taking
+    /// an optional [`Idempotency`]. With one, the operation and its record are
+    /// one atomic step: a retry with the same key and request answers with the
+    /// original answer and applies nothing, the same key with another request is
+    /// `idempotency_key_reused`, and a refusal records nothing (see
+    /// [`idempotency`](crate::Idempotency)). Without one it is the plain operation.
+    async fn acquire_idempotent(
+        &self,
+        idempotency: Option<&Idempotency>,
+        account_id: &str,
+        units: u64,
+        ttl: SignedDuration,
+        now: Timestamp,
+    ) -> Result<IssuedLease, Error>;
     async fn acquire(
         &self,
         account_id: &str,
         units: u64,
         ttl: SignedDuration,
         now: Timestamp,
-    ) -> Result<IssuedLease, Error>;
-    async fn release(&self, lease_id: &str, capability: &str, now: Timestamp) -> Result<Released, Error>;
+    ) -> Result<IssuedLease, Error> {
+        self.acquire_idempotent(None, account_id, units, ttl, now).await
+    }
+    async fn release_idempotent(
+        &self,
+        idempotency: Option<&Idempotency>,
+        lease_id: &str,
+        capability: &str,
+        now: Timestamp,
+    ) -> Result<Released, Error>;
+    async fn release(&self, lease_id: &str, capability: &str, now: Timestamp) -> Result<Released, Error> {
+        self.release_idempotent(None, lease_id, capability, now).await
+    }
+    async fn consolidate_idempotent(
+        &self,
+        idempotency: Option<&Idempotency>,
+        account_id: &str,
+        sources: &[LeaseHandle],
+        extra_units: u64,
+        ttl: SignedDuration,
+        now: Timestamp,
+    ) -> Result<Consolidated, Error>;
     async fn consolidate(
         &self,
         account_id: &str,
@@ -54,14 +93,38 @@ pub trait Store: UsageSink {
         extra_units: u64,
         ttl: SignedDuration,
         now: Timestamp,
-    ) -> Result<Consolidated, Error>;
+    ) -> Result<Consolidated, Error> {
+        self.consolidate_idempotent(None, account_id, sources, extra_units, ttl, now).await
+    }
     /// Settles at most `limit` (and at most the policy's batch bound) due leases.
     async fn reclaim(&self, now: Timestamp, limit: u32) -> Result<ReclaimReport, Error>;
 
-    async fn issue_credential(&self, account_id: &str, label: &str, now: Timestamp) -> Result<IssuedCredential, Error>;
+    async fn issue_credential_idempotent(
+        &self,
+        idempotency: Option<&Idempotency>,
+        account_id: &str,
+        label: &str,
+        now: Timestamp,
+    ) -> Result<IssuedCredential, Error>;
+    async fn issue_credential(&self, account_id: &str, label: &str, now: Timestamp) -> Result<IssuedCredential, Error> {
+        self.issue_credential_idempotent(None, account_id, label, now).await
+    }
     /// Never changes activity.
     async fn verify_credential(&self, key: &str) -> Result<Verification, Error>;
-    async fn revoke_credential(&self, credential_id: &str, now: Timestamp) -> Result<Credential, Error>;
+    async fn revoke_credential_idempotent(
+        &self,
+        idempotency: Option<&Idempotency>,
+        credential_id: &str,
+        now: Timestamp,
+    ) -> Result<Credential, Error>;
+    async fn revoke_credential(&self, credential_id: &str, now: Timestamp) -> Result<Credential, Error> {
+        self.revoke_credential_idempotent(None, credential_id, now).await
+    }
+
+    /// Deletes at most `limit` (and at most [`IDEMPOTENCY_PURGE_BATCH_MAX`])
+    /// idempotency records expired at `now`; returns how many it deleted. An
+    /// expired record never answers a retry, purged or not.
+    async fn purge_idempotency(&self, now: Timestamp, limit: u32) -> Result<u32, Error>;
 
     async fn account(&self, account_id: &str) -> Result<AccountView, Error>;
     async fn lease(&self, lease_id: &str) -> Result<Lease, Error>;

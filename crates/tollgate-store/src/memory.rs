@@ -24,6 +24,7 @@ use tollgate_core::{
     check_conservation, validate_id,
 };
 
+use crate::idempotency::{Claim, IDEMPOTENCY_PURGE_BATCH_MAX, Idempotency, Replayable, Request};
 use crate::model::{
     AccountView, CheckReport, Consolidated, CreditReceipt, IssuedCredential, IssuedLease, LeaseHandle,
     LegacyBoundCount, ReclaimReport, ReclaimedLease, Released, StorageStatus, Verification,
@@ -96,6 +97,57 @@ struct State {
     recorded: HashMap<String, HashSet<String>>,
     credentials: HashMap<String, CredentialRecord>,
     credential_by_key: HashMap<SecretHash, String>,
+    idempotency: IdempotencyRecords,
+}
+
+/// Recorded answers of keyed requests, by lookup id. Bounded by retention:
+/// every insert first purges a batch of expired records.
+#[derive(Default)]
+struct IdempotencyRecords {
+    records: HashMap<[u8; 32], IdempotencyRecord>,
+    by_expiry: BTreeSet<(Timestamp, [u8; 32])>,
+}
+
+struct IdempotencyRecord {
+    fingerprint: [u8; 32],
+    sealed: Vec<u8>,
+    expires_at: Timestamp,
+}
+
+/// Expired records one insert purges; more than one, so purging outpaces
+/// inserting whenever records are expiring.
+const IDEMPOTENCY_PURGE_ON_INSERT: u32 = 4;
+
+impl IdempotencyRecords {
+    /// The record under `lookup_id` unless it has expired at `now`; an expired
+    /// key is a new key.
+    fn live(&self, lookup_id: &[u8; 32], now: Timestamp) -> Option<&IdempotencyRecord> {
+        self.records.get(lookup_id).filter(|record| now < record.expires_at)
+    }
+
+    fn insert(&mut self, claim: &Claim, sealed: Vec<u8>, now: Timestamp) {
+        self.purge(now, IDEMPOTENCY_PURGE_ON_INSERT);
+        let record = IdempotencyRecord { fingerprint: claim.fingerprint, sealed, expires_at: claim.expires_at };
+        if let Some(old) = self.records.insert(claim.lookup_id, record) {
+            self.by_expiry.remove(&(old.expires_at, claim.lookup_id));
+        }
+        self.by_expiry.insert((claim.expires_at, claim.lookup_id));
+    }
+
+    fn purge(&mut self, now: Timestamp, limit: u32) -> u32 {
+        let expired: Vec<(Timestamp, [u8; 32])> = self
+            .by_expiry
+            .iter()
+            .take_while(|(expires_at, _)| *expires_at <= now)
+            .take(limit as usize)
+            .copied()
+            .collect();
+        for entry in &expired {
+            self.by_expiry.remove(entry);
+            self.records.remove(&entry.1);
+        }
+        expired.len() as u32
+    }
 }
 
 impl MemoryStore {
@@ -107,6 +159,29 @@ impl MemoryStore {
         // A panic while holding the lock is a bug; the state it guards was only
         // ever assigned whole values, so continuing with it is sound.
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs `operation` under the lock; with a key, the record is looked up and
+    /// written under the same lock, so the answer and its effect are one step.
+    fn run<T: Replayable>(
+        &self,
+        idempotency: Option<&Idempotency>,
+        request: Request<'_>,
+        now: Timestamp,
+        operation: impl FnOnce(&mut State) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let mut state = self.lock();
+        let Some(idempotency) = idempotency else {
+            return operation(&mut state);
+        };
+        let claim = Claim::new(idempotency, &request, now);
+        if let Some(record) = state.idempotency.live(&claim.lookup_id, now) {
+            return claim.replay(&record.fingerprint, &record.sealed);
+        }
+        let answer = operation(&mut state)?;
+        let sealed = claim.seal(&answer.to_answer());
+        state.idempotency.insert(&claim, sealed, now);
+        Ok(answer)
     }
 }
 
@@ -305,52 +380,65 @@ impl Store for MemoryStore {
         Ok(CreditReceipt { account: state.view(account_id)?, created: true })
     }
 
-    async fn acquire(
+    async fn acquire_idempotent(
         &self,
+        idempotency: Option<&Idempotency>,
         account_id: &str,
         units: u64,
         ttl: SignedDuration,
         now: Timestamp,
     ) -> Result<IssuedLease, Error> {
-        let mut state = self.lock();
-        let mut account = state.account(account_id)?.clone();
-        let grant = ledger::acquire(&mut account, units, ttl, now, &self.policy, DOMAIN)?;
-        state.accounts.insert(account_id.to_owned(), account);
-        Ok(state.grant_lease(account_id, grant))
+        let request = Request::Acquire { account_id, units, ttl };
+        self.run(idempotency, request, now, |state| {
+            let mut account = state.account(account_id)?.clone();
+            let grant = ledger::acquire(&mut account, units, ttl, now, &self.policy, DOMAIN)?;
+            state.accounts.insert(account_id.to_owned(), account);
+            Ok(state.grant_lease(account_id, grant))
+        })
     }
 
-    async fn release(&self, lease_id: &str, capability: &str, now: Timestamp) -> Result<Released, Error> {
-        let mut state = self.lock();
-        let mut lease = state.held_lease(lease_id, capability)?;
-        let mut account = state.account(&lease.account_id).map_err(|_| orphan(&lease))?.clone();
-        let settlement = ledger::release(&mut account, &mut lease, now, &self.policy, DOMAIN)?;
-        state.accounts.insert(account.account_id.clone(), account);
-        state.store_settled(lease.clone());
-        Ok(Released { lease, settlement })
-    }
-
-    async fn consolidate(
+    async fn release_idempotent(
         &self,
+        idempotency: Option<&Idempotency>,
+        lease_id: &str,
+        capability: &str,
+        now: Timestamp,
+    ) -> Result<Released, Error> {
+        self.run(idempotency, Request::Release { lease_id, capability }, now, |state| {
+            let mut lease = state.held_lease(lease_id, capability)?;
+            let mut account = state.account(&lease.account_id).map_err(|_| orphan(&lease))?.clone();
+            let settlement = ledger::release(&mut account, &mut lease, now, &self.policy, DOMAIN)?;
+            state.accounts.insert(account.account_id.clone(), account);
+            state.store_settled(lease.clone());
+            Ok(Released { lease, settlement })
+        })
+    }
+
+    async fn consolidate_idempotent(
+        &self,
+        idempotency: Option<&Idempotency>,
         account_id: &str,
         sources: &[LeaseHandle],
         extra_units: u64,
         ttl: SignedDuration,
         now: Timestamp,
     ) -> Result<Consolidated, Error> {
-        let mut state = self.lock();
-        let mut account = state.account(account_id)?.clone();
-        let mut leases = sources
-            .iter()
-            .map(|handle| state.held_lease(&handle.lease_id, &handle.capability))
-            .collect::<Result<Vec<_>, _>>()?;
-        let (grant, settlements) =
-            ledger::consolidate(&mut account, &mut leases, extra_units, ttl, now, &self.policy, DOMAIN)?;
-        state.accounts.insert(account_id.to_owned(), account);
-        for lease in &leases {
-            state.store_settled(lease.clone());
-        }
-        let lease = state.grant_lease(account_id, grant);
-        Ok(Consolidated { lease, settlements: leases.into_iter().zip(settlements).collect() })
+        let request = Request::Consolidate { account_id, sources, extra_units, ttl };
+        self.run(idempotency, request, now, |state| {
+            let mut account = state.account(account_id)?.clone();
+            let mut leases = sources
+                .iter()
+                .map(|handle| state.held_lease(&handle.lease_id, &handle.capability))
+                .collect::<Result<Vec<_>, _>>()?;
+            let (grant, settlements) =
+                ledger::consolidate(&mut account, &mut leases, extra_units, ttl, now, &self.policy, DOMAIN)?;
+            state.accounts.insert(account_id.to_owned(), account);
+            for lease in &leases {
+                state.store_settled(lease.clone());
+            }
+            let lease = state.grant_lease(account_id, grant);
+            Ok(Consolidated { lease, settlements: leases.into_iter().zip(settlements).collect() })
+        })
     }
 
     async fn reclaim(&self, now: Timestamp, limit: u32) -> Result<ReclaimReport, Error> {
@@ -383,27 +471,34 @@ impl Store for MemoryStore {
         Ok(ReclaimReport { reclaimed, limit })
     }
 
-    async fn issue_credential(&self, account_id: &str, label: &str, now: Timestamp) -> Result<IssuedCredential, Error> {
+    async fn issue_credential_idempotent(
+        &self,
+        idempotency: Option<&Idempotency>,
+        account_id: &str,
+        label: &str,
+        now: Timestamp,
+    ) -> Result<IssuedCredential, Error> {
         validate_label(label)?;
-        let mut state = self.lock();
-        state.account(account_id)?;
-        let key = new_credential_key();
-        let credential = Credential {
-            credential_id: new_credential_id(),
-            account_id: account_id.to_owned(),
-            label: label.to_owned(),
-            created_at: now,
-            revoked_at: None,
-            last_used_at: None,
-            accepted_events: 0,
-            accepted_units: 0,
-        };
-        state.credential_by_key.insert(key.hash(), credential.credential_id.clone());
-        state.credentials.insert(
-            credential.credential_id.clone(),
-            CredentialRecord { credential: credential.clone(), key: key.hash() },
-        );
-        Ok(IssuedCredential { credential, key })
+        self.run(idempotency, Request::IssueCredential { account_id, label }, now, |state| {
+            state.account(account_id)?;
+            let key = new_credential_key();
+            let credential = Credential {
+                credential_id: new_credential_id(),
+                account_id: account_id.to_owned(),
+                label: label.to_owned(),
+                created_at: now,
+                revoked_at: None,
+                last_used_at: None,
+                accepted_events: 0,
+                accepted_units: 0,
+            };
+            state.credential_by_key.insert(key.hash(), credential.credential_id.clone());
+            state.credentials.insert(
+                credential.credential_id.clone(),
+                CredentialRecord { credential: credential.clone(), key: key.hash() },
+            );
+            Ok(IssuedCredential { credential, key })
+        })
     }
 
     async fn verify_credential(&self, key: &str) -> Result<Verification, Error> {
@@ -430,11 +525,21 @@ impl Store for MemoryStore {
         })
     }
 
-    async fn revoke_credential(&self, credential_id: &str, now: Timestamp) -> Result<Credential, Error> {
-        let mut state = self.lock();
-        let record = state.credentials.get_mut(credential_id).ok_or(Error::CredentialNotFound)?;
-        record.credential.revoke(now);
-        Ok(record.credential.clone())
+    async fn revoke_credential_idempotent(
+        &self,
+        idempotency: Option<&Idempotency>,
+        credential_id: &str,
+        now: Timestamp,
+    ) -> Result<Credential, Error> {
+        self.run(idempotency, Request::RevokeCredential { credential_id }, now, |state| {
+            let record = state.credentials.get_mut(credential_id).ok_or(Error::CredentialNotFound)?;
+            record.credential.revoke(now);
+            Ok(record.credential.clone())
+        })
+    }
+
+    async fn purge_idempotency(&self, now: Timestamp, limit: u32) -> Result<u32, Error> {
+        Ok(self.lock().idempotency.purge(now, limit.min(IDEMPOTENCY_PURGE_BATCH_MAX)))
     }
 
     async fn account(&self, account_id: &str) -> Result<AccountView, Error> {

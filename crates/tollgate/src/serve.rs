@@ -56,6 +56,11 @@ pub struct ServeArgs {
     #[arg(long, env = "TOLLGATE_CLOCK_OFFSET_MAX", value_parser = parse_duration, value_name = "DURATION")]
     clock_offset_max: Option<SignedDuration>,
 
+    /// How long the answer to a request sent with an Idempotency-Key answers
+    /// its retries (ISO 8601); after it, the key is new again.
+    #[arg(long, env = "TOLLGATE_IDEMPOTENCY_RETENTION", default_value = "PT24H", value_parser = parse_duration, value_name = "DURATION")]
+    idempotency_retention: SignedDuration,
+
     /// PostgreSQL URL; without it the server runs on the in-memory store.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
     database_url: Option<String>,
@@ -83,6 +88,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let policy = config::policy(args.max_ttl, args.reclaim_grace, args.reclaim_batch)?;
     let interval = config::positive_std("--reclaim-interval / TOLLGATE_RECLAIM_INTERVAL", args.reclaim_interval)?;
     let request_timeout = config::positive_std("--request-timeout / TOLLGATE_REQUEST_TIMEOUT", args.request_timeout)?;
+    config::positive_std("--idempotency-retention / TOLLGATE_IDEMPOTENCY_RETENTION", args.idempotency_retention)?;
     let on_memory = args.database_url.is_none();
     let clock_offset_max = match args.clock_offset_max {
         None => clock_check::OFFSET_MAX_DEFAULT.min(args.reclaim_grace / 4),
@@ -171,7 +177,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         opened.store,
         Arc::new(SystemClock),
         tokens,
-        Limits { request_timeout, ..Limits::default() },
+        Limits { request_timeout, idempotency_retention: args.idempotency_retention, ..Limits::default() },
     );
     state.clock_guard().set_bound(clock_offset_max);
     match clock_check::check(&state).await {

@@ -9,6 +9,7 @@
 
 mod gateway;
 mod postgres;
+mod retries;
 mod routes;
 mod support;
 mod writer;

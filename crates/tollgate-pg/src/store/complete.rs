@@ -23,8 +23,8 @@ use jiff::{SignedDuration, Timestamp};
 use tokio::sync::watch;
 use tollgate_core::{Credential, Error, EventOutcome, GrantPolicy, IngestError, Lease, UnitDomain, UsageEvent};
 use tollgate_store::{
-    AccountView, CheckReport, Consolidated, CreditReceipt, IssuedCredential, IssuedLease, LeaseHandle, ReclaimReport,
-    Released, StorageStatus, Store, UsageSink, Verification,
+    AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, LeaseHandle,
+    ReclaimReport, Released, StorageStatus, Store, UsageSink, Verification,
 };
 
 use super::{Engine, PostgresStore};
@@ -136,41 +136,67 @@ impl Store for PostgresStore {
         self.complete(move |e| async move { e.credit(&account_id, &credit_id, units).await }).await
     }
 
-    async fn acquire(
+    async fn acquire_idempotent(
         &self,
+        idempotency: Option<&Idempotency>,
         account_id: &str,
         units: u64,
         ttl: SignedDuration,
         now: Timestamp,
     ) -> Result<IssuedLease, Error> {
-        let account_id = account_id.to_owned();
-        self.complete(move |e| async move { e.acquire(&account_id, units, ttl, now).await }).await
+        let (idempotency, account_id) = (idempotency.cloned(), account_id.to_owned());
+        self.complete(
+            move |e| async move { e.acquire_idempotent(idempotency.as_ref(), &account_id, units, ttl, now).await },
+        )
+        .await
     }
 
-    async fn release(&self, lease_id: &str, capability: &str, now: Timestamp) -> Result<Released, Error> {
-        let (lease_id, capability) = (lease_id.to_owned(), capability.to_owned());
-        self.complete(move |e| async move { e.release(&lease_id, &capability, now).await }).await
-    }
-
-    async fn consolidate(
+    async fn release_idempotent(
         &self,
+        idempotency: Option<&Idempotency>,
+        lease_id: &str,
+        capability: &str,
+        now: Timestamp,
+    ) -> Result<Released, Error> {
+        let (idempotency, lease_id, capability) = (idempotency.cloned(), lease_id.to_owned(), capability.to_owned());
+        self.complete(
+            move |e| async move { e.release_idempotent(idempotency.as_ref(), &lease_id, &capability, now).await },
+        )
+        .await
+    }
+
+    async fn consolidate_idempotent(
+        &self,
+        idempotency: Option<&Idempotency>,
         account_id: &str,
         sources: &[LeaseHandle],
         extra_units: u64,
         ttl: SignedDuration,
         now: Timestamp,
     ) -> Result<Consolidated, Error> {
-        let (account_id, sources) = (account_id.to_owned(), sources.to_vec());
-        self.complete(move |e| async move { e.consolidate(&account_id, &sources, extra_units, ttl, now).await }).await
+        let (idempotency, account_id, sources) = (idempotency.cloned(), account_id.to_owned(), sources.to_vec());
+        self.complete(move |e| async move {
+            e.consolidate_idempotent(idempotency.as_ref(), &account_id, &sources, extra_units, ttl, now).await
+        })
+        .await
     }
 
     async fn reclaim(&self, now: Timestamp, limit: u32) -> Result<ReclaimReport, Error> {
         self.complete(move |e| async move { e.reclaim(now, limit).await }).await
     }
 
-    async fn issue_credential(&self, account_id: &str, label: &str, now: Timestamp) -> Result<IssuedCredential, Error> {
-        let (account_id, label) = (account_id.to_owned(), label.to_owned());
-        self.complete(move |e| async move { e.issue_credential(&account_id, &label, now).await }).await
+    async fn issue_credential_idempotent(
+        &self,
+        idempotency: Option<&Idempotency>,
+        account_id: &str,
+        label: &str,
+        now: Timestamp,
+    ) -> Result<IssuedCredential, Error> {
+        let (idempotency, account_id, label) = (idempotency.cloned(), account_id.to_owned(), label.to_owned());
+        self.complete(move |e| async move {
+            e.issue_credential_idempotent(idempotency.as_ref(), &account_id, &label, now).await
+        })
+        .await
     }
 
     async fn verify_credential(&self, key: &str) -> Result<Verification, Error> {
@@ -178,9 +204,21 @@ impl Store for PostgresStore {
         self.complete(move |e| async move { e.verify_credential(&key).await }).await
     }
 
-    async fn revoke_credential(&self, credential_id: &str, now: Timestamp) -> Result<Credential, Error> {
-        let credential_id = credential_id.to_owned();
-        self.complete(move |e| async move { e.revoke_credential(&credential_id, now).await }).await
+    async fn revoke_credential_idempotent(
+        &self,
+        idempotency: Option<&Idempotency>,
+        credential_id: &str,
+        now: Timestamp,
+    ) -> Result<Credential, Error> {
+        let (idempotency, credential_id) = (idempotency.cloned(), credential_id.to_owned());
+        self.complete(move |e| async move {
+            e.revoke_credential_idempotent(idempotency.as_ref(), &credential_id, now).await
+        })
+        .await
+    }
+
+    async fn purge_idempotency(&self, now: Timestamp, limit: u32) -> Result<u32, Error> {
+        self.complete(move |e| async move { e.purge_idempotency(now, limit).await }).await
     }
 
     async fn account(&self, account_id: &str) -> Result<AccountView, Error> {

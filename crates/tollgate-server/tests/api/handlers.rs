@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use tollgate_core::{Credential, Error, EventOutcome, GrantPolicy, IngestError, Lease, UnitDomain, UsageEvent};
 use tollgate_server::Limits;
 use tollgate_store::{
-    AccountView, CheckReport, Consolidated, CreditReceipt, IssuedCredential, IssuedLease, LeaseHandle, ReclaimReport,
-    Released, StorageStatus, Store, UsageSink, Verification,
+    AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, LeaseHandle,
+    ReclaimReport, Released, StorageStatus, Store, UsageSink, Verification,
 };
 
 use crate::support::{App, As, assert_error, start};
@@ -602,14 +602,28 @@ impl Store for FaultyStore {
     async fn credit(&self, _: &str, _: &str, _: u64) -> Result<CreditReceipt, Error> {
         self.fail().await
     }
-    async fn acquire(&self, _: &str, _: u64, _: SignedDuration, _: Timestamp) -> Result<IssuedLease, Error> {
-        self.fail().await
-    }
-    async fn release(&self, _: &str, _: &str, _: Timestamp) -> Result<Released, Error> {
-        self.fail().await
-    }
-    async fn consolidate(
+    async fn acquire_idempotent(
         &self,
+        _: Option<&Idempotency>,
+        _: &str,
+        _: u64,
+        _: SignedDuration,
+        _: Timestamp,
+    ) -> Result<IssuedLease, Error> {
+        self.fail().await
+    }
+    async fn release_idempotent(
+        &self,
+        _: Option<&Idempotency>,
+        _: &str,
+        _: &str,
+        _: Timestamp,
+    ) -> Result<Released, Error> {
+        self.fail().await
+    }
+    async fn consolidate_idempotent(
+        &self,
+        _: Option<&Idempotency>,
         _: &str,
         _: &[LeaseHandle],
         _: u64,
@@ -621,13 +635,27 @@ impl Store for FaultyStore {
     async fn reclaim(&self, _: Timestamp, _: u32) -> Result<ReclaimReport, Error> {
         self.fail().await
     }
-    async fn issue_credential(&self, _: &str, _: &str, _: Timestamp) -> Result<IssuedCredential, Error> {
+    async fn issue_credential_idempotent(
+        &self,
+        _: Option<&Idempotency>,
+        _: &str,
+        _: &str,
+        _: Timestamp,
+    ) -> Result<IssuedCredential, Error> {
         self.fail().await
     }
     async fn verify_credential(&self, _: &str) -> Result<Verification, Error> {
         self.fail().await
     }
-    async fn revoke_credential(&self, _: &str, _: Timestamp) -> Result<Credential, Error> {
+    async fn revoke_credential_idempotent(
+        &self,
+        _: Option<&Idempotency>,
+        _: &str,
+        _: Timestamp,
+    ) -> Result<Credential, Error> {
+        self.fail().await
+    }
+    async fn purge_idempotency(&self, _: Timestamp, _: u32) -> Result<u32, Error> {
         self.fail().await
     }
     async fn account(&self, _: &str) -> Result<AccountView, Error> {

@@ -2,6 +2,7 @@
 //! `router()` over a `MemoryStore` with a settable clock.
 
 mod handlers;
+mod idempotency;
 mod openapi;
 mod support;
 mod worker;

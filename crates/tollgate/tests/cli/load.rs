@@ -132,8 +132,7 @@ pub async fn accounts(base: &str, prefix: &str, count: usize, units: u64) -> Vec
         };
         post("/v1/accounts".to_owned(), json!({"account_id": account_id})).await;
         post(format!("/v1/accounts/{account_id}/credits"), json!({"credit_id": "funds", "units": units})).await;
-        let credential =
-            post(format!("/v1/accounts/{account_id}/credentials"), json!({"label": "gateway"})).await;
+        let credential = post(format!("/v1/accounts/{account_id}/credentials"), json!({"label": "gateway"})).await;
         made.push((account_id, credential["credential_id"].as_str().expect("credential id").to_owned()));
     }
     made
@@ -155,11 +154,8 @@ impl Load {
                         let (http, targets, tally) = (http.clone(), targets.clone(), Arc::clone(&tally));
                         async move { answered(&http, &targets, &tally, hang_up_every, GATEWAY, &path, &body).await }
                     };
-                    let (status, lease) = send(
-                        format!("/v1/accounts/{account_id}/leases"),
-                        json!({"units": 10, "ttl": "PT10M"}),
-                    )
-                    .await;
+                    let (status, lease) =
+                        send(format!("/v1/accounts/{account_id}/leases"), json!({"units": 10, "ttl": "PT10M"})).await;
                     assert_eq!(status, StatusCode::CREATED, "acquire: {lease}");
                     let lease_id = lease["lease_id"].as_str().expect("lease id").to_owned();
                     let fence = lease["fencing_token"].as_u64().expect("fence");
@@ -182,11 +178,9 @@ impl Load {
                         }
                     }
 
-                    let (status, released) = send(
-                        format!("/v1/leases/{lease_id}/release"),
-                        json!({"capability": lease["capability"]}),
-                    )
-                    .await;
+                    let (status, released) =
+                        send(format!("/v1/leases/{lease_id}/release"), json!({"capability": lease["capability"]}))
+                            .await;
                     // A release whose first answer was lost finds its lease released.
                     let done = status == StatusCode::OK
                         || (status == StatusCode::CONFLICT && released["error"]["code"] == "lease_not_active");

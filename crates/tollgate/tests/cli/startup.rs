@@ -17,6 +17,8 @@ async fn invalid_configuration_names_the_setting() {
         (vec!["serve", "--reclaim-batch", "100001"], vec![], "TOLLGATE_RECLAIM_BATCH"),
         (vec!["serve", "--reclaim-interval", "PT0S"], vec![], "TOLLGATE_RECLAIM_INTERVAL"),
         (vec!["serve", "--request-timeout=-PT1S"], vec![], "TOLLGATE_REQUEST_TIMEOUT"),
+        (vec!["serve", "--idempotency-retention", "PT0S"], vec![], "TOLLGATE_IDEMPOTENCY_RETENTION"),
+        (vec!["serve"], vec![("TOLLGATE_IDEMPOTENCY_RETENTION", "1 day")], "--idempotency-retention"),
         (vec!["serve", "--listen", "nowhere"], vec![], "--listen"),
         (vec!["serve", "--admin-token", "short"], vec![], "admin token"),
         (vec!["serve"], vec![token, ("TOLLGATE_GATEWAY_TOKEN", "admin-token-for-end-to-end-tests")], "must differ"),

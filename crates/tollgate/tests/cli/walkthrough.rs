@@ -117,6 +117,7 @@ async fn the_walkthrough_runs_as_written() {
         "listening on http://127.0.0.1:",
         r#""outcome": "duplicate""#,
         r#""reason": "fence_mismatch""#,
+        "the retry answered lease lse_",
         "is reclaimed",
         r#""ok": true"#,
         r#""code": "forbidden""#,

@@ -1,0 +1,152 @@
+//! Keyed requests: the idempotency record and the operation's effect in one
+//! transaction.
+//!
+//! A keyed request always takes the locking path. Its transaction first claims
+//! the key's row (`CLAIM`): an insert that, on conflict with an expired record,
+//! overwrites it, and on conflict with a live one changes nothing but still
+//! locks it. The claim comes first in the global lock order (idempotency key,
+//! then accounts, leases, credentials): only keyed transactions take key rows,
+//! each takes one, and before any other lock. A concurrent request with the
+//! same key waits on the unique index until the first commits or rolls back,
+//! then sees its record (and replays it) or claims the key itself. Then the
+//! operation runs on the same transaction, and its sealed answer is stored
+//! (`RECORD`) before the commit. A refused operation rolls the claim back, so
+//! refusals are never recorded.
+
+use jiff::Timestamp;
+use sqlx::{FromRow, PgConnection};
+use tollgate_core::{Error, InstantPair};
+use tollgate_store::{Claim, IDEMPOTENCY_PURGE_BATCH_MAX, Idempotency, Replayable, Request};
+
+use super::{Engine, finish, storable, storage_error};
+
+/// Claims the key: inserts the row, or takes over an expired one. Returns a row
+/// only when this transaction now owns the key; on conflict with a live record
+/// the row is locked all the same (`ON CONFLICT DO UPDATE` locks the row before
+/// it evaluates its `WHERE`).
+const CLAIM: &str = "INSERT INTO tollgate_idempotency_keys AS k (account_id, lookup_id, fingerprint, sealed_answer, \
+     created_floor_us, created_submicro_ns, expires_floor_us, expires_submicro_ns) \
+     VALUES ($1, $2, $3, '\\x', $4, $5, $6, $7) \
+     ON CONFLICT (account_id, lookup_id) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, \
+     sealed_answer = EXCLUDED.sealed_answer, created_floor_us = EXCLUDED.created_floor_us, \
+     created_submicro_ns = EXCLUDED.created_submicro_ns, expires_floor_us = EXCLUDED.expires_floor_us, \
+     expires_submicro_ns = EXCLUDED.expires_submicro_ns \
+     WHERE (k.expires_floor_us, k.expires_submicro_ns) <= ($4, $5) \
+     RETURNING k.lookup_id";
+
+/// The live record a claim found; read in a statement after the claim, so it
+/// sees the row as committed by whoever held it.
+const RECORDED: &str = "SELECT k.fingerprint, k.sealed_answer FROM tollgate_idempotency_keys k \
+     WHERE k.account_id = $1 AND k.lookup_id = $2";
+
+const RECORD: &str = "UPDATE tollgate_idempotency_keys SET sealed_answer = $3 \
+     WHERE account_id = $1 AND lookup_id = $2";
+
+const PURGE: &str = "DELETE FROM tollgate_idempotency_keys k USING ( \
+     SELECT e.account_id, e.lookup_id FROM tollgate_idempotency_keys e \
+     WHERE (e.expires_floor_us, e.expires_submicro_ns) <= ($1, $2) \
+     ORDER BY e.expires_floor_us, e.expires_submicro_ns LIMIT $3 FOR UPDATE SKIP LOCKED) d \
+     WHERE k.account_id = d.account_id AND k.lookup_id = d.lookup_id";
+
+const LEASE_ACCOUNT: &str = "SELECT l.account_id FROM tollgate_leases l WHERE l.lease_id = $1";
+const CREDENTIAL_ACCOUNT: &str = "SELECT c.account_id FROM tollgate_credentials c WHERE c.credential_id = $1";
+
+#[derive(FromRow)]
+struct RecordedRow {
+    fingerprint: Vec<u8>,
+    sealed_answer: Vec<u8>,
+}
+
+impl Engine {
+    /// Runs `operation` on a transaction that holds the key's record: replays a
+    /// live record of the same request, refuses one of another request, and
+    /// otherwise records the operation's answer with its effect.
+    pub(super) async fn keyed<T: Replayable>(
+        &self,
+        idempotency: &Idempotency,
+        request: Request<'_>,
+        now: Timestamp,
+        operation: impl AsyncFnOnce(&mut PgConnection) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let account_id = self.account_of(&request).await?;
+        let claim = Claim::new(idempotency, &request, now);
+        let mut tx = self.begin().await?;
+        let result = async {
+            if !claim_key(&mut tx, &account_id, &claim, now).await? {
+                let row: RecordedRow = sqlx::query_as(RECORDED)
+                    .bind(&account_id)
+                    .bind(claim.lookup_id.as_slice())
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(storage_error)?;
+                return claim.replay(&row.fingerprint, &row.sealed_answer);
+            }
+            let answer = operation(&mut tx).await?;
+            sqlx::query(RECORD)
+                .bind(&account_id)
+                .bind(claim.lookup_id.as_slice())
+                .bind(claim.seal(&answer.to_answer()))
+                .execute(&mut *tx)
+                .await
+                .map_err(storage_error)?;
+            Ok(answer)
+        }
+        .await;
+        finish(tx, result).await
+    }
+
+    /// The account the request's resource belongs to, which the record is
+    /// stored under. A lease's or credential's account never changes, so a
+    /// plain read suffices; a missing one is the operation's own refusal.
+    async fn account_of(&self, request: &Request<'_>) -> Result<String, Error> {
+        let (sql, missing) = match request {
+            Request::Acquire { .. } | Request::Consolidate { .. } | Request::IssueCredential { .. } => {
+                let account_id = request.resource();
+                return if storable(account_id) { Ok(account_id.to_owned()) } else { Err(Error::AccountNotFound) };
+            }
+            Request::Release { .. } => (LEASE_ACCOUNT, Error::LeaseNotFound),
+            Request::RevokeCredential { .. } => (CREDENTIAL_ACCOUNT, Error::CredentialNotFound),
+        };
+        if !storable(request.resource()) {
+            return Err(missing);
+        }
+        let account: Option<String> =
+            sqlx::query_scalar(sql).bind(request.resource()).fetch_optional(&self.pool).await.map_err(storage_error)?;
+        account.ok_or(missing)
+    }
+
+    pub(super) async fn purge_expired_keys(&self, now: Timestamp, limit: u32) -> Result<u32, Error> {
+        let limit = limit.min(IDEMPOTENCY_PURGE_BATCH_MAX);
+        if limit == 0 {
+            return Ok(0);
+        }
+        let now = InstantPair::encode(now);
+        let purged = sqlx::query(PURGE)
+            .bind(now.floor_us)
+            .bind(now.submicro_ns)
+            .bind(i64::from(limit))
+            .execute(&self.pool)
+            .await
+            .map_err(storage_error)?;
+        // At most `limit` rows, which fits.
+        Ok(purged.rows_affected() as u32)
+    }
+}
+
+/// Whether this transaction now owns the key (a new or expired record).
+async fn claim_key(conn: &mut PgConnection, account_id: &str, claim: &Claim, now: Timestamp) -> Result<bool, Error> {
+    let created = InstantPair::encode(now);
+    let expires = InstantPair::encode(claim.expires_at);
+    let claimed: Option<Vec<u8>> = sqlx::query_scalar(CLAIM)
+        .bind(account_id)
+        .bind(claim.lookup_id.as_slice())
+        .bind(claim.fingerprint.as_slice())
+        .bind(created.floor_us)
+        .bind(created.submicro_ns)
+        .bind(expires.floor_us)
+        .bind(expires.submicro_ns)
+        .fetch_optional(conn)
+        .await
+        .map_err(storage_error)?;
+    Ok(claimed.is_some())
+}

@@ -1,0 +1,128 @@
+use jiff::{SignedDuration, Timestamp};
+use tollgate_core::{Error, Lease, LeaseState, Secret};
+
+use super::*;
+
+fn idempotency(key: &str) -> Idempotency {
+    Idempotency { key: IdempotencyKey::parse(key).unwrap(), retention: SignedDuration::from_secs(60) }
+}
+
+fn issued() -> IssuedLease {
+    IssuedLease {
+        lease: Lease {
+            lease_id: "lse_1".into(),
+            account_id: "acct".into(),
+            fencing_token: 7,
+            granted: 10,
+            used: 0,
+            state: LeaseState::Active,
+            expiry: Timestamp::from_nanosecond(1_700_000_000_123_456_789).unwrap(),
+            expiry_is_upper_bound: false,
+        },
+        capability: Secret::new("tgc_secret_capability".into()),
+    }
+}
+
+const ACQUIRE: Request<'static> = Request::Acquire { account_id: "acct", units: 10, ttl: SignedDuration::from_secs(5) };
+
+#[test]
+fn keys_are_one_to_255_visible_ascii_characters() {
+    let longest = "k".repeat(IDEMPOTENCY_KEY_CHARS_MAX);
+    for good in ["a", "0b9c6f1e-2d3a-4c5b-8e7f-123456789abc", "!~", longest.as_str()] {
+        assert_eq!(IdempotencyKey::parse(good).map(|k| k.expose().to_owned()), Ok(good.to_owned()));
+    }
+    let over = "k".repeat(IDEMPOTENCY_KEY_CHARS_MAX + 1);
+    for bad in ["", "a b", "tab\t", "é", "nul\0", over.as_str()] {
+        assert_eq!(IdempotencyKey::parse(bad), Err(Error::InvalidIdempotencyKey), "{bad:?}");
+    }
+    assert_eq!(format!("{:?}", IdempotencyKey::parse("secret").unwrap()), "IdempotencyKey(<redacted>)");
+}
+
+#[test]
+fn a_sealed_answer_replays_exactly_and_hides_its_secrets() {
+    let now = Timestamp::from_second(1_700_000_000).unwrap();
+    let claim = Claim::new(&idempotency("key-1"), &ACQUIRE, now);
+    assert_eq!(claim.expires_at, now + SignedDuration::from_secs(60));
+    let sealed = claim.seal(&issued().to_answer());
+    for secret in [b"tgc_secret_capability".as_slice(), issued().capability.hash().as_bytes()] {
+        assert!(!sealed.windows(secret.len()).any(|w| w == secret), "sealed bytes contain a secret");
+    }
+    // The same key and request at a later instant finds and opens the record.
+    let retry = Claim::new(&idempotency("key-1"), &ACQUIRE, now + SignedDuration::from_secs(30));
+    assert_eq!(retry.lookup_id, claim.lookup_id);
+    assert_eq!(retry.replay::<IssuedLease>(&claim.fingerprint, &sealed), Ok(issued()));
+    // The same answer sealed twice differs: nonces are fresh.
+    assert_ne!(claim.seal(&issued().to_answer()), sealed);
+}
+
+#[test]
+fn another_request_under_the_key_is_reused_and_other_keys_cannot_open() {
+    let now = Timestamp::from_second(1_700_000_000).unwrap();
+    let claim = Claim::new(&idempotency("key-1"), &ACQUIRE, now);
+    let sealed = claim.seal(&issued().to_answer());
+    let more = Request::Acquire { account_id: "acct", units: 11, ttl: SignedDuration::from_secs(5) };
+    let changed = Claim::new(&idempotency("key-1"), &more, now);
+    assert_eq!(changed.lookup_id, claim.lookup_id, "the scope is the operation and the account");
+    assert_eq!(changed.replay::<IssuedLease>(&claim.fingerprint, &sealed), Err(Error::IdempotencyKeyReused));
+
+    let other_account = Request::Acquire { account_id: "acct2", units: 10, ttl: SignedDuration::from_secs(5) };
+    assert_ne!(Claim::new(&idempotency("key-1"), &other_account, now).lookup_id, claim.lookup_id);
+    let other_key = Claim::new(&idempotency("key-2"), &ACQUIRE, now);
+    assert_ne!(other_key.lookup_id, claim.lookup_id);
+    // Forcing another key's fingerprint still cannot open the sealed answer.
+    assert!(matches!(other_key.replay::<IssuedLease>(&other_key.fingerprint, &sealed), Err(Error::StorageCorrupt(_))));
+    // A record of another operation is not replayed as this one.
+    assert!(matches!(claim.replay::<Released>(&claim.fingerprint, &sealed), Err(Error::StorageCorrupt(_))));
+}
+
+#[test]
+fn fingerprints_cover_every_argument_unambiguously() {
+    let now = Timestamp::from_second(0).unwrap();
+    let key = idempotency("k");
+    let handles = |ids: &[(&str, &str)]| -> Vec<LeaseHandle> {
+        ids.iter().map(|(l, c)| LeaseHandle { lease_id: (*l).into(), capability: (*c).into() }).collect()
+    };
+    let ab = handles(&[("a", "b")]);
+    let a_b = handles(&[("ab", "")]);
+    let ttl = SignedDuration::from_secs(1);
+    let requests = [
+        Request::Consolidate { account_id: "x", sources: &ab, extra_units: 0, ttl },
+        Request::Consolidate { account_id: "x", sources: &a_b, extra_units: 0, ttl },
+        Request::Consolidate { account_id: "x", sources: &ab, extra_units: 1, ttl },
+        Request::Consolidate { account_id: "x", sources: &ab, extra_units: 0, ttl: SignedDuration::from_nanos(1) },
+        Request::Release { lease_id: "x", capability: "c1" },
+        Request::Release { lease_id: "x", capability: "c2" },
+        Request::IssueCredential { account_id: "x", label: "" },
+        Request::IssueCredential { account_id: "x", label: "l" },
+    ];
+    let prints: std::collections::HashSet<[u8; 32]> =
+        requests.iter().map(|r| Claim::new(&key, r, now).fingerprint).collect();
+    assert_eq!(prints.len(), requests.len());
+}
+
+#[test]
+fn every_answer_kind_round_trips() {
+    let lease = issued().lease;
+    let credential = tollgate_core::Credential {
+        credential_id: "cred_1".into(),
+        account_id: "acct".into(),
+        label: "edge".into(),
+        created_at: Timestamp::from_second(5).unwrap(),
+        revoked_at: Some(Timestamp::from_nanosecond(6_000_000_001).unwrap()),
+        last_used_at: None,
+        accepted_events: 3,
+        accepted_units: u64::MAX,
+    };
+    let settlement = tollgate_core::Settlement { charged: 1, returned: 2, excess: 3 };
+    let answers = [
+        Answer::Acquired(issued()),
+        Answer::Released(Released { lease: lease.clone(), settlement }),
+        Answer::Consolidated(Consolidated { lease: issued(), settlements: vec![(lease, settlement)] }),
+        Answer::CredentialIssued(IssuedCredential { credential: credential.clone(), key: Secret::new("tgk_x".into()) }),
+        Answer::CredentialRevoked(credential),
+    ];
+    for answer in answers {
+        assert_eq!(Answer::decode(&answer.encode()), Some(answer));
+    }
+    assert_eq!(Answer::decode(b"{}"), None);
+}
