@@ -83,7 +83,7 @@ async fn answered(
         let n = tally.requests.fetch_add(1, Ordering::Relaxed) + 1;
         let base = &targets.0[target % targets.0.len()];
         let mut request = http.post(format!("{base}{path}")).bearer_auth(token).json(body);
-        let hang_up = hang_up_every > 0 && n % hang_up_every == 0;
+        let hang_up = hang_up_every > 0 && n.is_multiple_of(hang_up_every);
         if hang_up {
             tally.hang_ups.fetch_add(1, Ordering::Relaxed);
             request = request.timeout(Duration::from_millis(1 + n % 2));
