@@ -1,6 +1,7 @@
 //! `tollgate serve`.
 
 use std::net::SocketAddr;
+use std::num::NonZeroU32;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -50,6 +51,22 @@ pub struct ServeArgs {
     #[arg(long, env = "TOLLGATE_REQUEST_TIMEOUT", default_value = "PT30S", value_parser = parse_duration, value_name = "DURATION")]
     request_timeout: SignedDuration,
 
+    /// Longest time a client may take to send one request head, from its first
+    /// byte; a slower connection is closed (ISO 8601).
+    #[arg(long, env = "TOLLGATE_HEADER_TIMEOUT", default_value = "PT10S", value_parser = parse_duration, value_name = "DURATION")]
+    header_timeout: SignedDuration,
+
+    /// Longest time a connection may wait for a request, when opened and
+    /// between keep-alive requests, before it is closed (ISO 8601).
+    #[arg(long, env = "TOLLGATE_IDLE_TIMEOUT", default_value = "PT60S", value_parser = parse_duration, value_name = "DURATION")]
+    idle_timeout: SignedDuration,
+
+    /// Most connections open at once; a connection beyond it is closed as soon
+    /// as it is accepted. Keep it below the open-file limit (`ulimit -n`) minus
+    /// the database connections.
+    #[arg(long, env = "TOLLGATE_MAX_CONNECTIONS", default_value_t = tollgate_server::CONNECTIONS_MAX_DEFAULT, value_name = "N")]
+    max_connections: NonZeroU32,
+
     /// PostgreSQL URL; without it the server runs on the in-memory store.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
     database_url: Option<String>,
@@ -76,6 +93,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let policy = config::policy(args.max_ttl, args.reclaim_grace, args.reclaim_batch)?;
     let interval = config::positive_std("--reclaim-interval / TOLLGATE_RECLAIM_INTERVAL", args.reclaim_interval)?;
     let request_timeout = config::positive_std("--request-timeout / TOLLGATE_REQUEST_TIMEOUT", args.request_timeout)?;
+    let header_timeout = config::positive_std("--header-timeout / TOLLGATE_HEADER_TIMEOUT", args.header_timeout)?;
+    let idle_timeout = config::positive_std("--idle-timeout / TOLLGATE_IDLE_TIMEOUT", args.idle_timeout)?;
     let on_memory = args.database_url.is_none();
 
     let Configured { admin, gateway, generated } = configured_tokens(args.admin_token, args.gateway_token, on_memory)?;
@@ -146,7 +165,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         opened.store,
         Arc::new(SystemClock),
         tokens,
-        Limits { request_timeout, ..Limits::default() },
+        Limits {
+            request_timeout,
+            header_timeout,
+            idle_timeout,
+            connections_max: args.max_connections,
+            ..Limits::default()
+        },
     );
     tollgate_server::serve(listener, state, ReclaimConfig { interval }, shutdown_signal())
         .await
