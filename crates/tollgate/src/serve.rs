@@ -62,8 +62,8 @@ pub struct ServeArgs {
     idle_timeout: SignedDuration,
 
     /// Most connections open at once; a connection beyond it is closed as soon
-    /// as it is accepted. Keep it below the open-file limit (`ulimit -n`) minus
-    /// the database connections.
+    /// as it is accepted. Lowered at startup to fit the open-file limit
+    /// (`ulimit -n`) beside the database connections.
     #[arg(long, env = "TOLLGATE_MAX_CONNECTIONS", default_value_t = tollgate_server::CONNECTIONS_MAX_DEFAULT, value_name = "N")]
     max_connections: NonZeroU32,
 
@@ -95,6 +95,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let request_timeout = config::positive_std("--request-timeout / TOLLGATE_REQUEST_TIMEOUT", args.request_timeout)?;
     let header_timeout = config::positive_std("--header-timeout / TOLLGATE_HEADER_TIMEOUT", args.header_timeout)?;
     let idle_timeout = config::positive_std("--idle-timeout / TOLLGATE_IDLE_TIMEOUT", args.idle_timeout)?;
+    let database_connections = if args.database_url.is_some() { args.database_connections.max(1) } else { 0 };
+    let (connections_max, lowered_by) =
+        config::connections_cap(args.max_connections, database_connections, config::open_files_max())?;
     let on_memory = args.database_url.is_none();
 
     let Configured { admin, gateway, generated } = configured_tokens(args.admin_token, args.gateway_token, on_memory)?;
@@ -147,6 +150,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         "policy: max ttl {}, reclaim grace {}, reclaim every {} in batches of at most {}",
         args.max_ttl, args.reclaim_grace, args.reclaim_interval, args.reclaim_batch
     );
+    match lowered_by {
+        None => println!(
+            "connections: at most {connections_max} open; header timeout {}, idle timeout {}",
+            args.header_timeout, args.idle_timeout
+        ),
+        Some(files_max) => println!(
+            "connections: at most {connections_max} open, lowered from {} (--max-connections / \
+             TOLLGATE_MAX_CONNECTIONS) to fit the open-file limit {files_max}; header timeout {}, idle timeout {}",
+            args.max_connections, args.header_timeout, args.idle_timeout
+        ),
+    }
     if generated.is_empty() {
         println!(
             "auth: send Authorization: Bearer <token> with the admin token{} you configured",
@@ -165,13 +179,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         opened.store,
         Arc::new(SystemClock),
         tokens,
-        Limits {
-            request_timeout,
-            header_timeout,
-            idle_timeout,
-            connections_max: args.max_connections,
-            ..Limits::default()
-        },
+        Limits { request_timeout, header_timeout, idle_timeout, connections_max, ..Limits::default() },
     );
     tollgate_server::serve(listener, state, ReclaimConfig { interval }, shutdown_signal())
         .await
