@@ -8,6 +8,9 @@
 use std::sync::OnceLock;
 
 use tollgate_core::ids::ID_CHARS_MAX;
+use utoipa::openapi::content::ContentBuilder;
+use utoipa::openapi::response::ResponseBuilder;
+use utoipa::openapi::schema::Ref;
 use utoipa::openapi::schema::{Schema, SchemaFormat, SchemaType, Type};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::openapi::{KnownFormat, RefOr};
@@ -61,7 +64,8 @@ impl Modify for BearerAuth {
 
 /// States in the document what the server enforces beyond the shape serde and
 /// utoipa derive: the identifier rule, the unsigned 64-bit range of every
-/// counter with each store's bound, and which unit counts must be positive.
+/// counter with each store's bound, which unit counts must be positive, and
+/// the error statuses every `/v1` operation can answer.
 /// Each rule is applied by name here, in one place, rather than repeated on
 /// every field and path parameter.
 struct Enforced;
@@ -101,9 +105,16 @@ impl Modify for Enforced {
                 }
             }
         }
-        for item in openapi.paths.paths.values_mut() {
+        for (path, item) in openapi.paths.paths.iter_mut() {
             let operations = [&mut item.get, &mut item.post, &mut item.put, &mut item.delete, &mut item.patch];
             for operation in operations.into_iter().flatten() {
+                let has_body = operation.request_body.is_some();
+                for (status, description) in COMMON_ERRORS {
+                    let applies = path.starts_with("/v1/") && (has_body || status != "413");
+                    if applies && !operation.responses.responses.contains_key(status) {
+                        operation.responses.responses.insert(status.to_owned(), RefOr::T(error_response(description)));
+                    }
+                }
                 for parameter in operation.parameters.iter_mut().flatten() {
                     let RefOr::T(parameter) = parameter else { continue };
                     if !ID_NAMES.contains(&parameter.name.as_str()) {
@@ -116,6 +127,21 @@ impl Modify for Enforced {
             }
         }
     }
+}
+
+/// Errors any `/v1` operation can answer besides those its annotation names:
+/// the router's request timeout, storage failures, and (with a body) the body
+/// limit. Listing them makes the document's statuses complete, so a client
+/// generated from it, and the schema fuzzer, can hold the server to them.
+const COMMON_ERRORS: [(&str, &str); 3] = [
+    ("413", "`payload_too_large`: the body exceeds the server's limit"),
+    ("500", "`storage_corrupt`: stored data violates an invariant; retryable only after a repair"),
+    ("503", "`timeout` or `storage_unavailable`: retryable"),
+];
+
+fn error_response(description: &str) -> utoipa::openapi::Response {
+    let content = ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build();
+    ResponseBuilder::new().description(description).content("application/json", content).build()
 }
 
 /// What utoipa derives for `u64` and `Option<u64>`.

@@ -101,4 +101,21 @@ async fn the_document_states_the_enforced_rules() {
     assert_eq!(schemas["ConsolidateRequest"]["properties"]["leases"]["minItems"], 1);
     assert_eq!(schemas["IngestRequest"]["properties"]["events"]["maxItems"], tollgate_core::BATCH_EVENTS_MAX);
     assert_eq!(schemas["CreateCredentialRequest"]["properties"]["label"]["maxLength"], 256);
+
+    // Every /v1 operation lists the statuses any request can meet.
+    for (path, item) in document["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let responses = &operation["responses"];
+            let mut expected = vec![];
+            if path.starts_with("/v1/") {
+                expected.extend(["401", "500", "503"]);
+            }
+            if operation["requestBody"].is_object() {
+                expected.extend(["400", "413"]);
+            }
+            for status in expected {
+                assert!(responses[status].is_object(), "{method} {path} does not list {status}");
+            }
+        }
+    }
 }
