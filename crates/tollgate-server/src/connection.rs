@@ -144,8 +144,13 @@ async fn serve_connection(
                 let _ = changed;
             }
             () = expired => {
-                tracing::debug!(phase = ?*phase_changed.borrow(), "closing a connection past its deadline");
-                return;
+                // The phase may have moved on since the deadline was read; only
+                // the current phase's own deadline closes the connection.
+                let current = *phase_changed.borrow();
+                if current.deadline(limits).is_some_and(|deadline| deadline <= Instant::now()) {
+                    tracing::debug!(phase = ?current, "closing a connection past its deadline");
+                    return;
+                }
             }
             stopped = stopping.wait_for(|stop| *stop), if !asked_to_close => {
                 // An error means the accept loop is gone, which is also a stop.
