@@ -192,7 +192,10 @@ impl From<&Verification> for VerifyResponse {
 #[serde(remote = "Self", deny_unknown_fields)]
 pub struct AcquireRequest {
     pub units: u64,
-    #[schema(value_type = String, format = "duration", example = "PT30S")]
+    /// A positive ISO 8601 duration in hours, minutes and seconds (`PT30S`,
+    /// `PT1H30M`, `PT0.000000001S`); days and longer units are refused. A TTL
+    /// above the server's maximum is clamped to it.
+    #[schema(value_type = String, format = "duration", pattern = r"^PT(\d+H(\d+M)?(\d+(\.\d{1,9})?S)?|\d+M(\d+(\.\d{1,9})?S)?|\d+(\.\d{1,9})?S)$", example = "PT30S")]
     pub ttl: SignedDuration,
 }
 
@@ -261,7 +264,10 @@ pub struct ConsolidateRequest {
     /// positive (`invalid_units`).
     #[serde(default)]
     pub extra_units: u64,
-    #[schema(value_type = String, format = "duration", example = "PT30S")]
+    /// A positive ISO 8601 duration in hours, minutes and seconds (`PT30S`,
+    /// `PT1H30M`, `PT0.000000001S`); days and longer units are refused. A TTL
+    /// above the server's maximum is clamped to it.
+    #[schema(value_type = String, format = "duration", pattern = r"^PT(\d+H(\d+M)?(\d+(\.\d{1,9})?S)?|\d+M(\d+(\.\d{1,9})?S)?|\d+(\.\d{1,9})?S)$", example = "PT30S")]
     pub ttl: SignedDuration,
 }
 
@@ -620,6 +626,19 @@ mod tests {
         assert_eq!(serde_json::to_string(&credit).unwrap(), r#"{"credit_id":"c1","units":5}"#);
         let label: CreateCredentialRequest = serde_json::from_str("{}").unwrap();
         assert_eq!(label.label, "");
+    }
+
+    /// The TTLs the document's pattern admits parse; days and weeks, which
+    /// the pattern excludes, do not.
+    #[test]
+    fn ttls_of_the_documented_shape_parse() {
+        let ttl = |text: &str| serde_json::from_str::<AcquireRequest>(&format!(r#"{{"units":1,"ttl":"{text}"}}"#));
+        for ok in ["PT30S", "PT1H", "PT1H2M", "PT1H2M3S", "PT1H3.5S", "PT2M", "PT2M0.000000001S", "PT0.000000001S"] {
+            assert!(ttl(ok).is_ok(), "{ok}: {:?}", ttl(ok));
+        }
+        for refused in ["P1D", "P1W", "PT"] {
+            assert!(ttl(refused).is_err(), "{refused}");
+        }
     }
 
     #[test]

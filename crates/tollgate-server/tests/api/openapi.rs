@@ -101,6 +101,10 @@ async fn the_document_states_the_enforced_rules() {
     assert_eq!(schemas["ConsolidateRequest"]["properties"]["leases"]["minItems"], 1);
     assert_eq!(schemas["IngestRequest"]["properties"]["events"]["maxItems"], tollgate_core::BATCH_EVENTS_MAX);
     assert_eq!(schemas["CreateCredentialRequest"]["properties"]["label"]["maxLength"], 256);
+    for request in ["AcquireRequest", "ConsolidateRequest"] {
+        let pattern = schemas[request]["properties"]["ttl"]["pattern"].as_str().unwrap();
+        assert!(pattern.starts_with("^PT") && pattern.ends_with(")$"), "{request}: {pattern}");
+    }
 
     // Every /v1 operation lists the statuses any request can meet.
     for (path, item) in document["paths"].as_object().unwrap() {
