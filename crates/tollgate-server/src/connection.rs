@@ -34,6 +34,13 @@ use tower::ServiceExt;
 
 use crate::Limits;
 
+/// The most headers one request head may carry; more is answered 431.
+pub const HEADERS_MAX: usize = 100;
+
+/// The largest request head, start line included, in bytes; larger is
+/// answered 431. Tollgate's requests carry a few short headers.
+pub const HEAD_BYTES_MAX: usize = 64 * 1024;
+
 /// How long the accept loop pauses after an accept error that is not one
 /// connection's failure (typically `EMFILE`: the process is out of file
 /// descriptors), so that it does not spin while descriptors are released.
@@ -121,7 +128,9 @@ async fn serve_connection(
     let phase = Arc::new(phase);
     let io = TokioIo::new(Watched { stream, phase: phase.clone() });
     let service = Tracked { router, phase };
-    let mut connection = pin!(hyper::server::conn::http1::Builder::new().serve_connection(io, service));
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.max_headers(HEADERS_MAX).max_header_size(HEAD_BYTES_MAX);
+    let mut connection = pin!(builder.serve_connection(io, service));
     let mut asked_to_close = false;
     loop {
         let deadline = phase_changed.borrow_and_update().deadline(limits);

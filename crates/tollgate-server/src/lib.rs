@@ -31,6 +31,7 @@ use tokio::net::TcpListener;
 use tollgate_store::Store;
 
 pub use auth::{OperatorTokens, Role, TokenError};
+pub use connection::{HEAD_BYTES_MAX, HEADERS_MAX};
 pub use error::ApiError;
 pub use metrics::Metrics;
 pub use worker::ReclaimConfig;
