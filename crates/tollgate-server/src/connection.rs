@@ -22,7 +22,6 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::Request;
 use axum::response::Response;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
@@ -189,7 +188,7 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Tracked {
         let serving = ServingGuard::enter(self.phase.clone());
         let router = self.router.clone();
         Box::pin(async move {
-            let response = router.oneshot(Request::from(request.map(Body::new))).await;
+            let response = router.oneshot(request.map(Body::new)).await;
             drop(serving);
             response
         })
