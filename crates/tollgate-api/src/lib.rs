@@ -14,6 +14,24 @@ use tollgate_store::{
 };
 use utoipa::ToSchema;
 
+mod objects;
+
+use objects::object_only;
+
+// Request bodies: objects only, with no field the type does not name.
+object_only!(
+    CreateAccountRequest,
+    CreditRequest,
+    CreateCredentialRequest,
+    VerifyRequest,
+    AcquireRequest,
+    ReleaseRequest,
+    LeaseHandleBody,
+    ConsolidateRequest,
+    UsageEventBody,
+    IngestRequest,
+);
+
 /// `{"error":{"code","message","retryable"}}`, the body of every error response.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {
@@ -46,6 +64,7 @@ impl From<&IngestError> for ErrorBody {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct CreateAccountRequest {
     pub account_id: String,
 }
@@ -81,14 +100,18 @@ impl From<&AccountView> for AccountBody {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct CreditRequest {
     pub credit_id: String,
     pub units: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct CreateCredentialRequest {
+    /// Free text for people, at most 256 characters and no NUL (`invalid_label`).
     #[serde(default)]
+    #[schema(max_length = 256, pattern = "^[^\\u0000]*$")]
     pub label: String,
 }
 
@@ -138,6 +161,7 @@ pub struct IssuedCredentialBody {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct VerifyRequest {
     pub key: String,
 }
@@ -165,9 +189,13 @@ impl From<&Verification> for VerifyResponse {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct AcquireRequest {
     pub units: u64,
-    #[schema(value_type = String, format = "duration", example = "PT30S")]
+    /// A positive ISO 8601 duration in hours, minutes and seconds (`PT30S`,
+    /// `PT1H30M`, `PT0.000000001S`); days and longer units are refused. A TTL
+    /// above the server's maximum is clamped to it.
+    #[schema(value_type = String, format = "duration", pattern = r"^PT(\d+H(\d+M)?(\d+(\.\d{1,9})?S)?|\d+M(\d+(\.\d{1,9})?S)?|\d+(\.\d{1,9})?S)$", example = "PT30S")]
     pub ttl: SignedDuration,
 }
 
@@ -204,6 +232,7 @@ impl From<&Lease> for LeaseBody {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct ReleaseRequest {
     pub capability: String,
 }
@@ -217,17 +246,28 @@ pub struct ReleaseResponse {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct LeaseHandleBody {
     pub lease_id: String,
     pub capability: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct ConsolidateRequest {
+    /// The source leases, at least one (`no_source_leases`), each named once
+    /// (`duplicate_source_lease`).
+    #[schema(min_items = 1)]
     pub leases: Vec<LeaseHandleBody>,
+    /// Units drawn from the account beyond what the sources return. Zero is
+    /// allowed, but the new lease's grant (returned plus extra) must be
+    /// positive (`invalid_units`).
     #[serde(default)]
     pub extra_units: u64,
-    #[schema(value_type = String, format = "duration", example = "PT30S")]
+    /// A positive ISO 8601 duration in hours, minutes and seconds (`PT30S`,
+    /// `PT1H30M`, `PT0.000000001S`); days and longer units are refused. A TTL
+    /// above the server's maximum is clamped to it.
+    #[schema(value_type = String, format = "duration", pattern = r"^PT(\d+H(\d+M)?(\d+(\.\d{1,9})?S)?|\d+M(\d+(\.\d{1,9})?S)?|\d+(\.\d{1,9})?S)$", example = "PT30S")]
     pub ttl: SignedDuration,
 }
 
@@ -260,7 +300,11 @@ pub struct ConsolidateResponse {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct UsageEventBody {
+    /// 1 to 128 characters, no NUL. An event outside this rule is not refused
+    /// with the batch: its outcome is `rejected` with `invalid_request_id`.
+    #[schema(min_length = 1, max_length = 128, pattern = "^[^\\u0000]*$")]
     pub request_id: String,
     pub account_id: String,
     pub credential_id: String,
@@ -302,7 +346,10 @@ impl From<&UsageEvent> for UsageEventBody {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct IngestRequest {
+    /// At most 10 000 events (`413 batch_too_large`).
+    #[schema(max_items = 10000)]
     pub events: Vec<UsageEventBody>,
 }
 
@@ -548,6 +595,50 @@ mod tests {
         assert_eq!((event.lease_id, event.fencing_token), (None, None));
         let ts: Timestamp = "1969-12-31T23:59:59.999999999Z".parse().unwrap();
         assert_eq!(serde_json::to_string(&ts).unwrap(), r#""1969-12-31T23:59:59.999999999Z""#);
+    }
+
+    /// Every request type is read from a JSON object only, at the top and
+    /// nested, and refuses fields it does not name.
+    #[test]
+    fn request_bodies_are_objects_without_unknown_fields() {
+        fn refused<T: serde::de::DeserializeOwned + std::fmt::Debug>(json: &str, expected: &str) {
+            let error = serde_json::from_str::<T>(json).expect_err(json);
+            assert!(error.is_data(), "{json}: {error}");
+            assert!(error.to_string().contains(expected), "{json}: {error}");
+        }
+        refused::<CreateAccountRequest>(r#"["arr"]"#, "invalid type: sequence, expected a JSON object");
+        refused::<CreditRequest>(r#"["c1",5]"#, "invalid type: sequence, expected a JSON object");
+        refused::<CreditRequest>(r#""c1""#, "invalid type: string \"c1\", expected a JSON object");
+        refused::<CreateCredentialRequest>("null", "expected a JSON object");
+        refused::<IngestRequest>(
+            r#"{"events":[["r","a","c",1,"2024-01-01T00:00:00Z"]]}"#,
+            "invalid type: sequence, expected a JSON object",
+        );
+        refused::<ConsolidateRequest>(r#"{"leases":[["l","k"]],"ttl":"PT1S"}"#, "expected a JSON object");
+        refused::<CreditRequest>(r#"{"credit_id":"c1","units":5,"unit":5}"#, "unknown field `unit`");
+        refused::<UsageEventBody>(
+            r#"{"request_id":"r","account_id":"a","credential_id":"c","units":1,"occurred_at":"2024-01-01T00:00:00Z","lease":"l"}"#,
+            "unknown field `lease`",
+        );
+
+        let credit: CreditRequest = serde_json::from_str(r#"{"units":5,"credit_id":"c1"}"#).unwrap();
+        assert_eq!(credit, CreditRequest { credit_id: "c1".into(), units: 5 });
+        assert_eq!(serde_json::to_string(&credit).unwrap(), r#"{"credit_id":"c1","units":5}"#);
+        let label: CreateCredentialRequest = serde_json::from_str("{}").unwrap();
+        assert_eq!(label.label, "");
+    }
+
+    /// The TTLs the document's pattern admits parse; days and weeks, which
+    /// the pattern excludes, do not.
+    #[test]
+    fn ttls_of_the_documented_shape_parse() {
+        let ttl = |text: &str| serde_json::from_str::<AcquireRequest>(&format!(r#"{{"units":1,"ttl":"{text}"}}"#));
+        for ok in ["PT30S", "PT1H", "PT1H2M", "PT1H2M3S", "PT1H3.5S", "PT2M", "PT2M0.000000001S", "PT0.000000001S"] {
+            assert!(ttl(ok).is_ok(), "{ok}: {:?}", ttl(ok));
+        }
+        for refused in ["P1D", "P1W", "PT"] {
+            assert!(ttl(refused).is_err(), "{refused}");
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@
 
 pub mod auth;
 pub mod clock_check;
+mod connection;
 pub mod error;
 pub mod extract;
 pub mod metrics;
@@ -17,6 +18,7 @@ mod routes;
 pub mod worker;
 
 use std::future::Future;
+use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,6 +32,7 @@ use tokio::net::TcpListener;
 use tollgate_store::Store;
 
 pub use auth::{OperatorTokens, Role, TokenError};
+pub use connection::{HEAD_BYTES_MAX, HEADERS_MAX};
 pub use error::ApiError;
 pub use metrics::Metrics;
 pub use worker::ReclaimConfig;
@@ -79,13 +82,29 @@ pub const BODY_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// How long one request may take before it is answered with 503 `timeout`.
 pub const REQUEST_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
 
-/// Per-request bounds.
+/// How long a client may take to send one request head, from its first byte.
+pub const HEADER_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+
+/// How long a connection may wait for a request: after it is accepted, and
+/// between keep-alive requests.
+pub const IDLE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(60);
+
+/// The most connections open at once. It stays well below the common limit of
+/// 1024 open files, leaving room for the database pool and the process's own
+/// files, so the accept loop never runs out of descriptors.
+pub const CONNECTIONS_MAX_DEFAULT: NonZeroU32 = NonZeroU32::new(512).unwrap();
+
+/// Bounds on requests and on the connections that carry them. The body limit
+/// and the request timeout apply in [`router`]; the rest apply in [`serve`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     pub body_bytes_max: usize,
     pub request_timeout: Duration,
     /// How long a keyed request's answer answers its retries; positive.
     pub idempotency_retention: jiff::SignedDuration,
+    pub header_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub connections_max: NonZeroU32,
 }
 
 impl Default for Limits {
@@ -94,6 +113,9 @@ impl Default for Limits {
             body_bytes_max: BODY_BYTES_MAX,
             request_timeout: REQUEST_TIMEOUT_DEFAULT,
             idempotency_retention: tollgate_store::IDEMPOTENCY_RETENTION_DEFAULT,
+            header_timeout: HEADER_TIMEOUT_DEFAULT,
+            idle_timeout: IDLE_TIMEOUT_DEFAULT,
+            connections_max: CONNECTIONS_MAX_DEFAULT,
         }
     }
 }
@@ -211,7 +233,11 @@ fn method_label(method: &Method) -> &'static str {
 
 /// Serves `router(state)` on `listener` with the reclaim worker beside it until
 /// `shutdown` resolves; then stops accepting, lets in-flight requests finish,
-/// and stops the worker before returning.
+/// and stops the worker before returning. The state's [`Limits`] bound every
+/// connection: at most `connections_max` are open (a connection beyond the cap
+/// is closed as soon as it is accepted), one waiting for a request is closed
+/// after `idle_timeout`, and one sending a request head is closed if the head
+/// is not complete `header_timeout` after its first byte.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
@@ -220,7 +246,8 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let (stop_worker, worker_stopped) = tokio::sync::watch::channel(false);
     let worker = tokio::spawn(worker::run(state.clone(), reclaim, worker_stopped));
-    let served = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await;
+    let limits = state.limits();
+    let served = connection::accept_loop(listener, router(state), limits, shutdown).await;
     let _ = stop_worker.send(true);
     if let Err(error) = worker.await {
         tracing::error!(%error, "reclaim worker ended abnormally");

@@ -1,6 +1,7 @@
 //! Settings shared by the subcommands, and their validation. Every error names
 //! the flag and the environment variable it came from.
 
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -41,6 +42,39 @@ pub fn policy(
         };
         anyhow::anyhow!("invalid {setting}: {error}")
     })
+}
+
+/// Descriptors the process holds besides client and database connections: the
+/// listener, standard streams, the runtime's and the resolver's own.
+pub const FILES_RESERVED: u64 = 32;
+
+/// The process's soft limit on open files, or `None` when it has none.
+pub fn open_files_max() -> Option<u64> {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile).current
+}
+
+/// The open-connection cap, lowered to fit the open-file limit when it does
+/// not: a server that runs out of descriptors cannot accept even the request
+/// that would let a client see it is full, so the cap must bind first. Returns
+/// the cap to use and, when it was lowered, the limit that lowered it.
+pub fn connections_cap(
+    configured: NonZeroU32,
+    database_connections: u32,
+    open_files_max: Option<u64>,
+) -> anyhow::Result<(NonZeroU32, Option<u64>)> {
+    let Some(files_max) = open_files_max else { return Ok((configured, None)) };
+    let room = files_max.saturating_sub(FILES_RESERVED + u64::from(database_connections));
+    if u64::from(configured.get()) <= room {
+        return Ok((configured, None));
+    }
+    let fitted = u32::try_from(room).ok().and_then(NonZeroU32::new).ok_or_else(|| {
+        anyhow::anyhow!(
+            "the open-file limit ({files_max}, ulimit -n) leaves no room for a client connection beside \
+             {FILES_RESERVED} reserved descriptors and {database_connections} database connections \
+             (--database-connections / TOLLGATE_DATABASE_CONNECTIONS); raise the limit"
+        )
+    })?;
+    Ok((fitted, Some(files_max)))
 }
 
 /// The setting name of the database URL, for messages.
@@ -96,5 +130,18 @@ mod tests {
         assert!(policy(s(1), s(0), 1).is_ok());
         assert!(positive_std("--reclaim-interval", s(0)).unwrap_err().to_string().contains("--reclaim-interval"));
         assert_eq!(positive_std("x", SignedDuration::from_millis(5)).unwrap(), Duration::from_millis(5));
+    }
+
+    #[test]
+    fn the_connection_cap_fits_the_open_file_limit() {
+        let n = |value: u32| NonZeroU32::new(value).unwrap();
+        assert_eq!(connections_cap(n(512), 16, None).unwrap(), (n(512), None));
+        assert_eq!(connections_cap(n(512), 16, Some(1024)).unwrap(), (n(512), None));
+        assert_eq!(connections_cap(n(512), 16, Some(512 + 16 + FILES_RESERVED)).unwrap(), (n(512), None));
+        assert_eq!(connections_cap(n(512), 0, Some(256)).unwrap(), (n(256 - 32), Some(256)));
+        assert_eq!(connections_cap(n(512), 16, Some(256)).unwrap(), (n(256 - 32 - 16), Some(256)));
+        assert_eq!(connections_cap(n(512), 16, Some(u64::MAX)).unwrap(), (n(512), None));
+        let error = connections_cap(n(512), 16, Some(48)).unwrap_err().to_string();
+        assert!(error.contains("TOLLGATE_DATABASE_CONNECTIONS") && error.contains("48"), "{error}");
     }
 }

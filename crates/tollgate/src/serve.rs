@@ -1,6 +1,7 @@
 //! `tollgate serve`.
 
 use std::net::SocketAddr;
+use std::num::NonZeroU32;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -60,6 +61,21 @@ pub struct ServeArgs {
     /// its retries (ISO 8601); after it, the key is new again.
     #[arg(long, env = "TOLLGATE_IDEMPOTENCY_RETENTION", default_value = "PT24H", value_parser = parse_duration, value_name = "DURATION")]
     idempotency_retention: SignedDuration,
+    /// Longest time a client may take to send one request head, from its first
+    /// byte; a slower connection is closed (ISO 8601).
+    #[arg(long, env = "TOLLGATE_HEADER_TIMEOUT", default_value = "PT10S", value_parser = parse_duration, value_name = "DURATION")]
+    header_timeout: SignedDuration,
+
+    /// Longest time a connection may wait for a request, when opened and
+    /// between keep-alive requests, before it is closed (ISO 8601).
+    #[arg(long, env = "TOLLGATE_IDLE_TIMEOUT", default_value = "PT60S", value_parser = parse_duration, value_name = "DURATION")]
+    idle_timeout: SignedDuration,
+
+    /// Most connections open at once; a connection beyond it is closed as soon
+    /// as it is accepted. Lowered at startup to fit the open-file limit
+    /// (`ulimit -n`) beside the database connections.
+    #[arg(long, env = "TOLLGATE_MAX_CONNECTIONS", default_value_t = tollgate_server::CONNECTIONS_MAX_DEFAULT, value_name = "N")]
+    max_connections: NonZeroU32,
 
     /// PostgreSQL URL; without it the server runs on the in-memory store.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
@@ -89,6 +105,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let interval = config::positive_std("--reclaim-interval / TOLLGATE_RECLAIM_INTERVAL", args.reclaim_interval)?;
     let request_timeout = config::positive_std("--request-timeout / TOLLGATE_REQUEST_TIMEOUT", args.request_timeout)?;
     config::positive_std("--idempotency-retention / TOLLGATE_IDEMPOTENCY_RETENTION", args.idempotency_retention)?;
+    let header_timeout = config::positive_std("--header-timeout / TOLLGATE_HEADER_TIMEOUT", args.header_timeout)?;
+    let idle_timeout = config::positive_std("--idle-timeout / TOLLGATE_IDLE_TIMEOUT", args.idle_timeout)?;
+    let database_connections = if args.database_url.is_some() { args.database_connections.max(1) } else { 0 };
+    let (connections_max, lowered_by) =
+        config::connections_cap(args.max_connections, database_connections, config::open_files_max())?;
     let on_memory = args.database_url.is_none();
     let clock_offset_max = match args.clock_offset_max {
         None => clock_check::OFFSET_MAX_DEFAULT.min(args.reclaim_grace / 4),
@@ -159,6 +180,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         "policy: max ttl {}, reclaim grace {}, reclaim every {} in batches of at most {}",
         args.max_ttl, args.reclaim_grace, args.reclaim_interval, args.reclaim_batch
     );
+    match lowered_by {
+        None => println!(
+            "connections: at most {connections_max} open; header timeout {}, idle timeout {}",
+            args.header_timeout, args.idle_timeout
+        ),
+        Some(files_max) => println!(
+            "connections: at most {connections_max} open, lowered from {} (--max-connections / \
+             TOLLGATE_MAX_CONNECTIONS) to fit the open-file limit {files_max}; header timeout {}, idle timeout {}",
+            args.max_connections, args.header_timeout, args.idle_timeout
+        ),
+    }
     if generated.is_empty() {
         println!(
             "auth: send Authorization: Bearer <token> with the admin token{} you configured",
@@ -177,7 +209,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         opened.store,
         Arc::new(SystemClock),
         tokens,
-        Limits { request_timeout, idempotency_retention: args.idempotency_retention, ..Limits::default() },
+        Limits {
+            request_timeout,
+            idempotency_retention: args.idempotency_retention,
+            header_timeout,
+            idle_timeout,
+            connections_max,
+            ..Limits::default()
+        },
     );
     state.clock_guard().set_bound(clock_offset_max);
     match clock_check::check(&state).await {

@@ -1,6 +1,8 @@
 //! The server's handler tests, as one test binary: every route through
 //! `router()` over a `MemoryStore` with a settable clock.
 
+mod bodies;
+mod connections;
 mod handlers;
 mod idempotency;
 mod openapi;

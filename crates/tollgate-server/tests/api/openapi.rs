@@ -55,3 +55,71 @@ async fn served_openapi_matches_the_checked_in_document() {
         assert!(paths[path][method].is_object(), "{method} {path} missing from the OpenAPI document");
     }
 }
+
+/// The document states what the server enforces: objects with no unknown
+/// fields, the identifier rule, positive units where zero is refused, the
+/// unsigned 64-bit range of counters, and the bounds on lists.
+#[tokio::test]
+async fn the_document_states_the_enforced_rules() {
+    let document: serde_json::Value = serde_json::from_str(tollgate_server::openapi::document()).unwrap();
+    let schemas = &document["components"]["schemas"];
+    for request in [
+        "CreateAccountRequest",
+        "CreditRequest",
+        "CreateCredentialRequest",
+        "VerifyRequest",
+        "AcquireRequest",
+        "ReleaseRequest",
+        "LeaseHandleBody",
+        "ConsolidateRequest",
+        "UsageEventBody",
+        "IngestRequest",
+    ] {
+        assert_eq!(schemas[request]["type"], "object", "{request}");
+        assert_eq!(schemas[request]["additionalProperties"], false, "{request}");
+    }
+    let id = serde_json::json!({"type": "string", "pattern": "^[A-Za-z0-9._:-]+$", "minLength": 1, "maxLength": 128});
+    assert_eq!(schemas["CreditRequest"]["properties"]["credit_id"], id);
+    assert_eq!(schemas["CreateAccountRequest"]["properties"]["account_id"], id);
+    let parameter = &document["paths"]["/v1/leases/{lease_id}/release"]["post"]["parameters"][0];
+    assert_eq!((&parameter["name"], &parameter["schema"]), (&serde_json::json!("lease_id"), &id));
+
+    let units = |schema: &str, field: &str| {
+        let property = &schemas[schema]["properties"][field];
+        assert_eq!(property["type"], "integer", "{schema}.{field}");
+        assert_eq!(property["format"], "uint64", "{schema}.{field}");
+        assert_eq!(property["maximum"].as_u64(), Some(u64::MAX), "{schema}.{field}");
+        assert!(property["description"].as_str().unwrap().contains("9223372036854775807 on PostgreSQL"));
+        property["minimum"].as_u64().unwrap()
+    };
+    assert_eq!(units("CreditRequest", "units"), 1);
+    assert_eq!(units("AcquireRequest", "units"), 1);
+    assert_eq!(units("ConsolidateRequest", "extra_units"), 0);
+    assert_eq!(units("UsageEventBody", "units"), 0);
+    assert_eq!(units("AccountBody", "credited"), 0);
+    assert_eq!(units("LeaseBody", "fencing_token"), 0);
+    assert_eq!(schemas["ConsolidateRequest"]["properties"]["leases"]["minItems"], 1);
+    assert_eq!(schemas["IngestRequest"]["properties"]["events"]["maxItems"], tollgate_core::BATCH_EVENTS_MAX);
+    assert_eq!(schemas["CreateCredentialRequest"]["properties"]["label"]["maxLength"], 256);
+    for request in ["AcquireRequest", "ConsolidateRequest"] {
+        let pattern = schemas[request]["properties"]["ttl"]["pattern"].as_str().unwrap();
+        assert!(pattern.starts_with("^PT") && pattern.ends_with(")$"), "{request}: {pattern}");
+    }
+
+    // Every /v1 operation lists the statuses any request can meet.
+    for (path, item) in document["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let responses = &operation["responses"];
+            let mut expected = vec![];
+            if path.starts_with("/v1/") {
+                expected.extend(["401", "500", "503"]);
+            }
+            if operation["requestBody"].is_object() {
+                expected.extend(["400", "413"]);
+            }
+            for status in expected {
+                assert!(responses[status].is_object(), "{method} {path} does not list {status}");
+            }
+        }
+    }
+}

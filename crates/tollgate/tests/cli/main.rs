@@ -2,6 +2,7 @@
 //! on both stores, startup configuration, migrate and check, several servers
 //! on one database, shutdown, and the walkthrough document.
 
+mod connections;
 mod faults;
 mod load;
 mod memory;
