@@ -20,7 +20,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the HTTP API (on the in-memory store unless a database is given).
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Apply pending database migrations and report each one.
     Migrate(migrate::MigrateArgs),
     /// Check storage, migrations, conservation, legacy bounds and guards.
@@ -39,7 +39,7 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve(args) => serve::run(args).await,
+            Command::Serve(args) => serve::run(*args).await,
             Command::Migrate(args) => migrate::run(args).await,
             Command::Check(args) => check::run(args).await,
         }
