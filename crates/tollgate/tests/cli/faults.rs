@@ -394,3 +394,125 @@ async fn database_connections_terminated_mid_load_lose_nothing() {
     observer.close().await;
     db.drop_now().await;
 }
+
+/// A PostgreSQL cluster of this test's own, in a temporary directory, so
+/// that restarting it disturbs no other test.
+struct Cluster {
+    dir: std::path::PathBuf,
+    bin: std::path::PathBuf,
+    port: u16,
+}
+
+impl Cluster {
+    /// `program` of the cluster's binaries, run as `postgres` when this test
+    /// runs as root: PostgreSQL refuses to run as root.
+    fn command(&self, program: &str) -> std::process::Command {
+        let program = self.bin.join(program);
+        let as_root = std::process::Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+        if as_root {
+            let mut command = std::process::Command::new("runuser");
+            command.args(["-u", "postgres", "--"]).arg(&program);
+            command
+        } else {
+            std::process::Command::new(&program)
+        }
+    }
+
+    fn run(&self, program: &str, args: &[&str]) {
+        let mut command = self.command(program);
+        let program = self.bin.join(program);
+        let output = command.args(args).output().unwrap_or_else(|e| panic!("{}: {e}", program.display()));
+        assert!(
+            output.status.success(),
+            "{} {args:?} failed:\n{}\n{}",
+            program.display(),
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    fn pg_ctl(&self, action: &[&str]) {
+        let data = self.dir.join("data");
+        let options = format!("-p {} -k {} -c listen_addresses=127.0.0.1", self.port, self.dir.display());
+        let log = self.dir.join("server.log");
+        let mut args = vec!["-D", data.to_str().expect("path"), "-l", log.to_str().expect("path"), "-w", "-t", "60"];
+        args.extend_from_slice(action);
+        args.extend_from_slice(&["-o", &options]);
+        self.run("pg_ctl", &args);
+    }
+
+    fn start() -> Cluster {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .ok()
+            .and_then(|versions| versions.flatten().map(|v| v.path().join("bin")).find(|b| b.join("initdb").exists()))
+            .expect(
+                "PostgreSQL's server binaries (initdb, pg_ctl) are not under /usr/lib/postgresql: \
+                 install them with `apt-get install postgresql`, or run scripts/test, which does",
+            );
+        let dir = std::env::temp_dir().join(format!("tollgate-restart-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temporary directory");
+        let port = free_listen_address().rsplit(':').next().expect("port").parse().expect("port number");
+        let cluster = Cluster { dir, bin, port };
+        let _ = std::process::Command::new("chown").args(["-R", "postgres"]).arg(&cluster.dir).status();
+        let data = cluster.dir.join("data");
+        cluster.run(
+            "initdb",
+            &["-D", data.to_str().expect("path"), "--auth=trust", "-U", "postgres", "--no-sync", "-E", "UTF8"],
+        );
+        cluster.pg_ctl(&["start"]);
+        cluster
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let data = self.dir.join("data");
+        let _ =
+            self.command("pg_ctl").args(["-D", data.to_str().unwrap_or_default(), "-m", "immediate", "stop"]).status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test]
+async fn postgres_restarted_mid_load_loses_nothing() {
+    let cluster = Cluster::start();
+    let url = cluster.url();
+    let observer = PgPool::connect(&url).await.expect("observer connects");
+    let server = Server::start(&[], &[("DATABASE_URL", &url)]).await;
+    let accounts = load::accounts(&server.base, "r", CLIENTS, 1_000_000).await;
+    let load = load(vec![server.base.clone()]);
+
+    // Restart PostgreSQL (fast shutdown: sessions are ended, open
+    // transactions roll back) twice while the clients run.
+    let tally = Arc::clone(&load.tally);
+    let done = Arc::new(AtomicBool::new(false));
+    let finished = Arc::clone(&done);
+    let restarter = tokio::task::spawn_blocking(move || {
+        for restarts in 0..2u64 {
+            while tally.requests.load(Ordering::Relaxed) < (restarts + 1) * 60 {
+                assert!(!finished.load(Ordering::Relaxed), "the load finished after {restarts} restarts");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            cluster.pg_ctl(&["-m", "fast", "restart"]);
+        }
+        cluster
+    });
+    let seen = load.run(&accounts).await;
+    done.store(true, Ordering::Relaxed);
+    let cluster = restarter.await.expect("restarter");
+    // The observer's connections died with the restarts; open new ones.
+    observer.close().await;
+    let observer = PgPool::connect(&url).await.expect("observer reconnects");
+    until_quiet(&observer).await;
+    load::verify(&server.base, &seen).await;
+    assert_fences_unique(&observer).await;
+    report("PostgreSQL restarted twice mid-load", &load, "");
+    let (stopped, stderr) = server.terminate().await;
+    assert!(stopped, "{stderr}");
+    observer.close().await;
+    drop(cluster);
+}
