@@ -376,7 +376,7 @@ async fn database_connections_terminated_mid_load_lose_nothing() {
                 if hit == Some(true) {
                     terminated.fetch_add(1, Ordering::Relaxed);
                 }
-                tokio::time::sleep(Duration::from_millis(7)).await;
+                tokio::time::sleep(Duration::from_millis(15)).await;
             }
         })
     };

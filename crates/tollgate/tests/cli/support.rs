@@ -7,7 +7,7 @@ use std::time::Duration;
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
-use tokio::process::{Child, ChildStderr, Command};
+use tokio::process::{Child, Command};
 
 pub const ADMIN: &str = "admin-token-for-end-to-end-tests";
 pub const GATEWAY: &str = "gateway-token-for-end-to-end-tests";
@@ -42,7 +42,9 @@ pub enum As {
 
 pub struct Server {
     child: Child,
-    stderr: Option<ChildStderr>,
+    /// Everything the server wrote on stderr, drained as it is written: a
+    /// pipe nobody reads fills up, and a server logging into it then blocks.
+    stderr: Option<tokio::task::JoinHandle<String>>,
     pub base: String,
     /// What the server printed on stdout up to and including its listening line.
     pub banner: Vec<String>,
@@ -115,6 +117,11 @@ impl Server {
         // Keep draining stdout so the server never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         let client = reqwest::Client::builder().no_proxy().build().expect("an HTTP client");
+        let stderr = tokio::spawn(async move {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text).await;
+            text
+        });
         Ok(Server { child, stderr: Some(stderr), base, banner, client })
     }
 
@@ -175,10 +182,10 @@ impl Server {
             .await
             .expect("the server stops after SIGTERM")
             .expect("the server's exit status");
-        let mut text = String::new();
-        if let Some(mut stderr) = self.stderr.take() {
-            let _ = stderr.read_to_string(&mut text).await;
-        }
+        let text = match self.stderr.take() {
+            Some(stderr) => stderr.await.unwrap_or_default(),
+            None => String::new(),
+        };
         (status.success(), text)
     }
 }
