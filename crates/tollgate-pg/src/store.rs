@@ -56,6 +56,10 @@ const DOMAIN: UnitDomain = UnitDomain::I64;
 /// ISO 8601 duration (exact to the nanosecond).
 const RECLAIM_GRACE_SETTING: &str = "reclaim_grace";
 
+/// Statements `pin_reclaim_grace` runs before giving up: the second one
+/// always sees a row another server's concurrent insert committed.
+const PIN_ATTEMPTS_MAX: u32 = 2;
+
 /// Accounts per page in `check`, which bounds its memory.
 const CHECK_PAGE_ACCOUNTS: i64 = 1_000;
 
@@ -1287,23 +1291,37 @@ impl Store for PostgresStore {
             return Ok(());
         }
         // The CTE's insert is invisible to the outer SELECT of the same
-        // statement, so exactly one branch yields a row: the value this call
-        // recorded, or the one recorded before.
-        let recorded: String = sqlx::query_scalar(
-            "WITH inserted AS (
-                 INSERT INTO tollgate_settings (key, value) VALUES ($1, $2)
-                 ON CONFLICT (key) DO NOTHING
-                 RETURNING value
-             )
-             SELECT value FROM inserted
-             UNION ALL
-             SELECT s.value FROM tollgate_settings s WHERE s.key = $1",
-        )
-        .bind(RECLAIM_GRACE_SETTING)
-        .bind(configured.to_string())
-        .fetch_one(&self.pool)
-        .await
-        .map_err(storage_error)?;
+        // statement, so at most one branch yields a row: the value this call
+        // recorded, or the one recorded before. Neither does when another
+        // server's insert was uncommitted as the statement began: the insert
+        // waits for that commit and then does nothing, while the SELECT's
+        // snapshot predates the commit. Running the statement again takes a
+        // new snapshot, which sees that row. (An upsert that always returns
+        // the row would also rewrite it on every startup.)
+        let mut recorded = None;
+        for _ in 0..PIN_ATTEMPTS_MAX {
+            recorded = sqlx::query_scalar::<_, String>(
+                "WITH inserted AS (
+                     INSERT INTO tollgate_settings (key, value) VALUES ($1, $2)
+                     ON CONFLICT (key) DO NOTHING
+                     RETURNING value
+                 )
+                 SELECT value FROM inserted
+                 UNION ALL
+                 SELECT s.value FROM tollgate_settings s WHERE s.key = $1",
+            )
+            .bind(RECLAIM_GRACE_SETTING)
+            .bind(configured.to_string())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(storage_error)?;
+            if recorded.is_some() {
+                break;
+            }
+        }
+        let recorded = recorded.ok_or_else(|| {
+            corrupt(format!("tollgate_settings {RECLAIM_GRACE_SETTING} vanished as soon as it was recorded"))
+        })?;
         let recorded_grace: SignedDuration = recorded
             .parse()
             .map_err(|e| corrupt(format!("tollgate_settings {RECLAIM_GRACE_SETTING} is {recorded:?}: {e}")))?;

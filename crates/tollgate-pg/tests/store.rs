@@ -712,6 +712,36 @@ async fn reclaim_grace_is_pinned_across_servers() {
     db.drop_now().await;
 }
 
+/// Two servers starting together: one server's record of the grace is still
+/// uncommitted while the other pins it. The second waits for the first and
+/// then finds the grace recorded once; neither reports corruption.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_starting_together_record_the_grace_once() {
+    let grace = nanos(1_500);
+    let s = Arc::new(store(grace).await);
+    let mut first = s.pool().begin().await.expect("begin");
+    let first_pid = fixtures::backend_pid(&mut first).await;
+    sqlx::query("INSERT INTO tollgate_settings (key, value) VALUES ('reclaim_grace', $1)")
+        .bind(grace.to_string())
+        .execute(&mut *first)
+        .await
+        .expect("the other server records the grace");
+    let pinning = {
+        let s = s.clone();
+        tokio::spawn(async move { s.pin_reclaim_grace(false).await })
+    };
+    let waiting = fixtures::statement_waiting_behind(s.pool(), first_pid).await;
+    assert!(waiting.contains("tollgate_settings"), "waits for the other server's insert: {waiting}");
+    first.commit().await.expect("commit");
+
+    assert_eq!(pinning.await.unwrap(), Ok(()));
+    let recorded: Vec<String> = sqlx::query_scalar("SELECT value FROM tollgate_settings WHERE key = 'reclaim_grace'")
+        .fetch_all(s.pool())
+        .await
+        .unwrap();
+    assert_eq!(recorded, vec![grace.to_string()]);
+}
+
 /// PostgreSQL text cannot hold NUL: such identifiers are simply never found,
 /// and a batch naming one is still classified event by event.
 #[tokio::test]
