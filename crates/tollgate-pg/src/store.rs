@@ -622,17 +622,41 @@ async fn lock_accounts(
     rows.into_iter().map(|row| row.decode().map(|account| (account.account_id.clone(), account))).collect()
 }
 
-/// Locks leases in `lease_id` order.
-async fn lock_leases(conn: &mut PgConnection, lease_ids: &[String]) -> Result<HashMap<String, LeaseRecord>, Error> {
+/// Locks, in `lease_id` order, the leases among `lease_ids` that belong to
+/// `account_ids`, whose rows the caller has locked already. A lease of any
+/// other account is neither locked nor returned: locking it would take a lease
+/// lock without its account's lock, which a concurrent writer holding that
+/// account (a reclaim pass, say) could wait on in a cycle. The core treats a
+/// lease of another account as it treats one it does not find.
+async fn lock_leases(
+    conn: &mut PgConnection,
+    lease_ids: &[String],
+    account_ids: &[String],
+) -> Result<HashMap<String, LeaseRecord>, Error> {
     let rows: Vec<LeaseRow> = sqlx::query_as(concat!(
         "SELECT ",
         lease_columns!(),
-        " FROM tollgate_leases l WHERE l.lease_id = ANY($1) ORDER BY l.lease_id FOR UPDATE"
+        " FROM tollgate_leases l WHERE l.lease_id = ANY($1) AND l.account_id = ANY($2) \
+         ORDER BY l.lease_id FOR UPDATE"
     ))
     .bind(lease_ids)
+    .bind(account_ids)
     .fetch_all(&mut *conn)
     .await
     .map_err(storage_error)?;
+    rows.into_iter().map(|row| row.decode().map(|record| (record.lease.lease_id.clone(), record))).collect()
+}
+
+/// Reads leases without locking them: for leases of other accounts, which the
+/// core only refuses, on columns (`account_id`, the capability hash) that
+/// never change.
+async fn read_leases(conn: &mut PgConnection, lease_ids: &[String]) -> Result<HashMap<String, LeaseRecord>, Error> {
+    let rows: Vec<LeaseRow> =
+        sqlx::query_as(concat!("SELECT ", lease_columns!(), " FROM tollgate_leases l WHERE l.lease_id = ANY($1)"))
+            .bind(lease_ids)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(storage_error)?;
     rows.into_iter().map(|row| row.decode().map(|record| (record.lease.lease_id.clone(), record))).collect()
 }
 
@@ -712,7 +736,8 @@ impl PostgresStore {
                 ..UsageSnapshot::default()
             };
             if !lease_ids.is_empty() {
-                snapshot.leases = lock_leases(&mut tx, &lease_ids)
+                let locked: Vec<String> = snapshot.accounts.keys().cloned().collect();
+                snapshot.leases = lock_leases(&mut tx, &lease_ids, &locked)
                     .await
                     .map_err(ingest_error)?
                     .into_iter()
@@ -928,7 +953,11 @@ impl Store for PostgresStore {
         let result: Result<Consolidated, Error> = async {
             let mut account = lock_account(&mut tx, account_id).await?;
             let lease_ids = sorted_ids(sources.iter().map(|h| h.lease_id.as_str()));
-            let records = lock_leases(&mut tx, &lease_ids).await?;
+            let mut records = lock_leases(&mut tx, &lease_ids, &[account_id.to_owned()]).await?;
+            let foreign: Vec<String> = lease_ids.iter().filter(|id| !records.contains_key(*id)).cloned().collect();
+            if !foreign.is_empty() {
+                records.extend(read_leases(&mut tx, &foreign).await?);
+            }
             let mut leases = sources
                 .iter()
                 .map(|handle| held(records.get(&handle.lease_id), &handle.capability))

@@ -580,6 +580,56 @@ async fn a_reclaim_pass_leaves_a_lease_on_a_busy_account_due_for_the_next_pass()
     assert_conserved(&s).await;
 }
 
+/// An ingest for one account that names leases of two others (a buggy or
+/// hostile gateway) locks neither lease, so it cannot close a cycle with a
+/// writer that holds those accounts and takes their leases in another order.
+/// The holder here plays that writer: it holds both accounts and the later
+/// lease, and takes the earlier one once the ingest has run (or waits behind
+/// it, which is the deadlock). Both events are rejected as unknown leases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ingest_naming_other_accounts_leases_never_deadlocks_with_their_writer() {
+    let s = Arc::new(store(nanos(0)).await);
+    for account in ["a", "b", "c"] {
+        funded(&*s, account, 100).await;
+    }
+    let cred = credential(&*s, "c").await;
+    let hour = nanos(3_600_000_000_000);
+    let la = s.acquire("a", 10, hour, ts(T0)).await.unwrap();
+    let lb = s.acquire("b", 10, hour, ts(T0)).await.unwrap();
+    let (earlier, later) = if la.lease.lease_id < lb.lease.lease_id { (&la, &lb) } else { (&lb, &la) };
+
+    let mut holder = s.pool().begin().await.expect("begin");
+    let holder_pid = fixtures::backend_pid(&mut holder).await;
+    let lock = |sql: &'static str, id: String| sqlx::query(sql).bind(id);
+    let lock_accounts = "SELECT 1 FROM tollgate_accounts WHERE account_id = ANY(string_to_array($1, ',')) \
+                         ORDER BY account_id FOR NO KEY UPDATE";
+    let lock_lease = "SELECT 1 FROM tollgate_leases WHERE lease_id = $1 FOR UPDATE";
+    lock(lock_accounts, "a,b".into()).execute(&mut *holder).await.expect("lock the accounts");
+    lock(lock_lease, later.lease.lease_id.clone()).execute(&mut *holder).await.expect("lock the later lease");
+
+    let mut ingesting = {
+        let s = s.clone();
+        let foreign_a = event("u-a", "c", &cred, 1, Some(&la));
+        let foreign_b = event("u-b", "c", &cred, 1, Some(&lb));
+        tokio::spawn(async move { s.ingest(vec![foreign_a, foreign_b], ts(T0)).await })
+    };
+    let ingested = tokio::select! {
+        done = &mut ingesting => Some(done.unwrap()),
+        _ = fixtures::statement_waiting_behind(s.pool(), holder_pid) => None,
+    };
+    // Whether or not the ingest finished, the holder now takes the earlier lease.
+    let taken = lock(lock_lease, earlier.lease.lease_id.clone()).execute(&mut *holder).await;
+    assert!(taken.is_ok(), "the holder takes the earlier lease: {taken:?}");
+    holder.commit().await.expect("commit");
+    let ingested = match ingested {
+        Some(ingested) => ingested,
+        None => ingesting.await.unwrap(),
+    };
+    let unknown = Outcome::Rejected(RejectReason::UnknownLease);
+    assert_eq!(outcomes(ingested), vec![("u-a".into(), unknown.clone()), ("u-b".into(), unknown)]);
+    assert_conserved(&*s).await;
+}
+
 /// A server writes from its last view of a row without reading it first. When
 /// another server changed the row meanwhile, that view is stale: the write
 /// changes nothing, and the operation decides on the committed row instead.

@@ -270,6 +270,8 @@ SELECT (SELECT count(*) FROM accounts) AS written, ",
 /// Settles every listed lease that is still active with the `used` the core
 /// read, whose account it can lock without waiting, and adds each settled
 /// lease's account change to its account. Returns the settled lease ids.
+/// Locks follow the global order: accounts by `account_id`, then their leases
+/// by `lease_id` (`leases`), before the UPDATE touches any lease row.
 const SETTLE_IF_UNCHANGED_SQL: &str = "
 WITH locked AS (
     SELECT u.*
@@ -280,10 +282,17 @@ WITH locked AS (
     JOIN tollgate_accounts AS a ON a.account_id = u.account_id
     ORDER BY a.account_id
     FOR NO KEY UPDATE OF a SKIP LOCKED
+), leases AS (
+    SELECT l.lease_id
+    FROM tollgate_leases AS l
+    JOIN locked AS k ON k.lease_id = l.lease_id AND k.account_id = l.account_id
+    ORDER BY l.lease_id
+    FOR UPDATE OF l
 ), settled AS (
     UPDATE tollgate_leases AS l
     SET state = k.state, settled_at = now()
     FROM locked AS k
+    JOIN leases AS x ON x.lease_id = k.lease_id
     WHERE l.lease_id = k.lease_id
       AND l.account_id = k.account_id
       AND l.state = 'active'
