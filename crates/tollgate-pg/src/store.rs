@@ -43,7 +43,7 @@ use tollgate_core::{
 use tollgate_store::{
     AccountView, CheckReport, Consolidated, CreditReceipt, IssuedCredential, IssuedLease, LeaseHandle,
     LegacyBoundCount, MigrationStatus, ReclaimReport, ReclaimedLease, Released, StorageStatus, Store, UsageSink,
-    Verification, new_capability, new_credential_id, new_credential_key, new_lease_id,
+    Verification, new_capability, new_credential_id, new_credential_key, new_lease_id, reclaim_read_max,
 };
 
 use crate::inspect;
@@ -602,6 +602,16 @@ async fn lock_accounts(
     account_ids: &[String],
     busy: Busy,
 ) -> Result<BTreeMap<String, Account>, Error> {
+    let rows = lock_account_rows(conn, account_ids, busy).await?;
+    rows.into_iter().map(|row| row.decode().map(|account| (account.account_id.clone(), account))).collect()
+}
+
+/// Locks accounts in `account_id` order, without decoding them.
+async fn lock_account_rows(
+    conn: &mut PgConnection,
+    account_ids: &[String],
+    busy: Busy,
+) -> Result<Vec<AccountRow>, Error> {
     let sql = if busy == Busy::Skip {
         concat!(
             "SELECT ",
@@ -617,9 +627,7 @@ async fn lock_accounts(
              FOR NO KEY UPDATE"
         )
     };
-    let rows: Vec<AccountRow> =
-        sqlx::query_as(sql).bind(account_ids).fetch_all(&mut *conn).await.map_err(storage_error)?;
-    rows.into_iter().map(|row| row.decode().map(|account| (account.account_id.clone(), account))).collect()
+    sqlx::query_as(sql).bind(account_ids).fetch_all(&mut *conn).await.map_err(storage_error)
 }
 
 /// Locks, in `lease_id` order, the leases among `lease_ids` that belong to
@@ -713,6 +721,90 @@ impl PostgresStore {
         let issued = Self::issue(account_id, grant);
         changes.granted.push((issued.lease.clone(), issued.capability.hash()));
         issued
+    }
+
+    /// The locking reclaim pass: locks due leases and then their accounts,
+    /// both with `SKIP LOCKED`, so it never waits. Corrupt rows are skipped
+    /// and reported, as on the unlocked path.
+    async fn reclaim_locking(
+        &self,
+        tx: &mut PgConnection,
+        now: Timestamp,
+        cutoff: InstantPair,
+        limit: u32,
+    ) -> Result<ReclaimReport, Error> {
+        let rows: Vec<LeaseRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            lease_columns!(),
+            " FROM tollgate_leases l WHERE l.state = 'active' \
+             AND (l.expiry_floor_us, l.expiry_submicro_ns) <= ($1, $2) \
+             ORDER BY l.expiry_floor_us, l.expiry_submicro_ns, l.lease_id \
+             LIMIT $3 FOR UPDATE SKIP LOCKED"
+        ))
+        .bind(cutoff.floor_us)
+        .bind(cutoff.submicro_ns)
+        .bind(i64::from(reclaim_read_max(limit)))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(storage_error)?;
+        let mut skipped = Vec::new();
+        let mut due = Vec::with_capacity(rows.len());
+        for row in rows {
+            if due.len() == limit as usize {
+                break;
+            }
+            let (lease_id, account_id) = (row.lease_id.clone(), row.lease_account_id.clone());
+            match row.decode() {
+                Ok(record) => due.push(record.lease),
+                Err(error) => skipped.push(unlocked::skip(&lease_id, &account_id, &error)),
+            }
+        }
+        due.sort_by(|a, b| (&a.account_id, &a.lease_id).cmp(&(&b.account_id, &b.lease_id)));
+        let account_ids = sorted_ids(due.iter().map(|l| l.account_id.as_str()));
+        let mut accounts = BTreeMap::new();
+        let mut corrupt_accounts = HashMap::new();
+        for row in lock_account_rows(tx, &account_ids, Busy::Skip).await? {
+            let account_id = row.account_id.clone();
+            match row.decode() {
+                Ok(account) => {
+                    accounts.insert(account_id, account);
+                }
+                Err(error) => {
+                    corrupt_accounts.insert(account_id, error);
+                }
+            }
+        }
+
+        let mut reclaimed = Vec::with_capacity(due.len());
+        let mut changes = Changes::default();
+        for mut lease in due {
+            if let Some(error) = corrupt_accounts.get(&lease.account_id) {
+                skipped.push(unlocked::skip(&lease.lease_id, &lease.account_id, error));
+                continue;
+            }
+            // Not locked: another transaction holds the account; next pass.
+            let Some(account) = accounts.get_mut(&lease.account_id) else {
+                continue;
+            };
+            match ledger::reclaim(account, &mut lease, now, &self.policy, DOMAIN) {
+                Ok(Some(settlement)) => {
+                    reclaimed.push(ReclaimedLease {
+                        lease_id: lease.lease_id.clone(),
+                        account_id: lease.account_id.clone(),
+                        settlement,
+                    });
+                    changes.leases.push(lease);
+                }
+                Ok(None) => {}
+                Err(error) => skipped.push(unlocked::skip(&lease.lease_id, &lease.account_id, &error)),
+            }
+        }
+        let touched: BTreeSet<&str> = changes.leases.iter().map(|l| l.account_id.as_str()).collect();
+        changes.accounts = accounts.into_values().filter(|a| touched.contains(a.account_id.as_str())).collect();
+        if !changes.leases.is_empty() {
+            persist(tx, &changes).await?;
+        }
+        Ok(ReclaimReport { reclaimed, skipped, limit })
     }
 
     async fn ingest_inner(&self, batch: &[UsageEvent], now: Timestamp) -> Result<Vec<EventOutcome>, IngestError> {
@@ -977,64 +1069,17 @@ impl Store for PostgresStore {
     async fn reclaim(&self, now: Timestamp, limit: u32) -> Result<ReclaimReport, Error> {
         let limit = limit.min(self.policy.reclaim_batch_max());
         let Some(cutoff) = self.policy.reclaim_cutoff(now) else {
-            return Ok(ReclaimReport { reclaimed: Vec::new(), limit });
+            return Ok(ReclaimReport { limit, ..ReclaimReport::default() });
         };
         if limit == 0 {
-            return Ok(ReclaimReport { reclaimed: Vec::new(), limit });
+            return Ok(ReclaimReport { limit, ..ReclaimReport::default() });
         }
         let cutoff = InstantPair::encode(cutoff);
-        if let Attempt::Done(reclaimed) = self.reclaim_unlocked(now, cutoff, limit).await? {
-            return Ok(ReclaimReport { reclaimed, limit });
+        if let Attempt::Done(report) = self.reclaim_unlocked(now, cutoff, limit).await? {
+            return Ok(report);
         }
         let mut tx = self.begin().await?;
-        let result: Result<ReclaimReport, Error> = async {
-            let rows: Vec<LeaseRow> = sqlx::query_as(concat!(
-                "SELECT ",
-                lease_columns!(),
-                " FROM tollgate_leases l WHERE l.state = 'active' \
-             AND (l.expiry_floor_us, l.expiry_submicro_ns) <= ($1, $2) \
-             ORDER BY l.expiry_floor_us, l.expiry_submicro_ns, l.lease_id \
-             LIMIT $3 FOR UPDATE SKIP LOCKED"
-            ))
-            .bind(cutoff.floor_us)
-            .bind(cutoff.submicro_ns)
-            .bind(i64::from(limit))
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(storage_error)?;
-            let mut due =
-                rows.into_iter().map(|row| row.decode().map(|record| record.lease)).collect::<Result<Vec<_>, _>>()?;
-            if due.is_empty() {
-                return Ok(ReclaimReport { reclaimed: Vec::new(), limit });
-            }
-            due.sort_by(|a, b| (&a.account_id, &a.lease_id).cmp(&(&b.account_id, &b.lease_id)));
-            let account_ids = sorted_ids(due.iter().map(|l| l.account_id.as_str()));
-            let mut accounts = lock_accounts(&mut tx, &account_ids, Busy::Skip).await?;
-
-            let mut reclaimed = Vec::with_capacity(due.len());
-            let mut changes = Changes::default();
-            for mut lease in due {
-                // Not locked: another transaction holds the account; next pass.
-                let Some(account) = accounts.get_mut(&lease.account_id) else {
-                    continue;
-                };
-                if let Some(settlement) = ledger::reclaim(account, &mut lease, now, &self.policy, DOMAIN)? {
-                    reclaimed.push(ReclaimedLease {
-                        lease_id: lease.lease_id.clone(),
-                        account_id: lease.account_id.clone(),
-                        settlement,
-                    });
-                    changes.leases.push(lease);
-                }
-            }
-            let touched: BTreeSet<&str> = changes.leases.iter().map(|l| l.account_id.as_str()).collect();
-            changes.accounts = accounts.into_values().filter(|a| touched.contains(a.account_id.as_str())).collect();
-            if !changes.leases.is_empty() {
-                persist(&mut tx, &changes).await?;
-            }
-            Ok(ReclaimReport { reclaimed, limit })
-        }
-        .await;
+        let result = self.reclaim_locking(&mut tx, now, cutoff, limit).await;
         finish(tx, result).await
     }
 

@@ -198,7 +198,10 @@ async fn zero_and_negative_stored_lease_fences_are_storage_corrupt() {
         let mut leased = event("e", "acct", &cred, 1, Some(&lease));
         leased.fencing_token = Some(1);
         expect_ingest_corrupt(&what("ingest"), s.ingest(vec![leased], ts(T0)).await);
-        expect_corrupt(&what("reclaim"), s.reclaim(ts(T0 + 1_000), 10).await);
+        let reclaim = s.reclaim(ts(T0 + 1_000), 10).await.expect("reclaim skips the corrupt lease");
+        assert_eq!(reclaim.reclaimed, vec![], "{fence}");
+        let skipped: Vec<&str> = reclaim.skipped.iter().map(|l| l.lease_id.as_str()).collect();
+        assert_eq!(skipped, vec![lease.lease.lease_id.as_str()], "{fence}");
 
         // Nothing was settled or billed around the corrupt row.
         assert_eq!(counters(&s, "acct").await, before, "{fence}");
@@ -264,6 +267,46 @@ async fn zero_and_negative_next_fence_and_event_rows_are_storage_corrupt() {
         .collect();
         assert_eq!(found, expected, "{next_fence}");
     }
+}
+
+/// One corrupt due lease, or one inconsistent account, stops no other
+/// account's reclaim: a pass skips and reports each lease it cannot decode or
+/// settle and settles every healthy due lease, even one behind as many corrupt
+/// ones in expiry order as the pass's bound.
+#[tokio::test]
+async fn reclaim_skips_corrupt_leases_and_accounts_and_settles_the_healthy_ones() {
+    let s = store(nanos(0)).await;
+    for account in ["broken", "fenced", "healthy"] {
+        funded(&s, account, 100).await;
+    }
+    // Expiry order: broken's lease, fenced's lease, then the healthy one.
+    let broken = s.acquire("broken", 10, nanos(1_000), ts(T0)).await.unwrap();
+    let fenced = s.acquire("fenced", 10, nanos(2_000), ts(T0)).await.unwrap();
+    let healthy = s.acquire("healthy", 10, nanos(3_000), ts(T0)).await.unwrap();
+    sqlx::raw_sql(
+        "ALTER TABLE tollgate_accounts DROP CONSTRAINT tollgate_accounts_available_check;
+         ALTER TABLE tollgate_leases DROP CONSTRAINT tollgate_leases_fence_positive;
+         UPDATE tollgate_accounts SET available = -1 WHERE account_id = 'broken';
+         UPDATE tollgate_leases SET fencing_token = 0 WHERE account_id = 'fenced';",
+    )
+    .execute(s.pool())
+    .await
+    .unwrap();
+
+    let report = s.reclaim(ts(T0 + 10_000), 2).await.expect("the pass succeeds around corrupt rows");
+    let reclaimed: Vec<&str> = report.reclaimed.iter().map(|r| r.lease_id.as_str()).collect();
+    assert_eq!(reclaimed, vec![healthy.lease.lease_id.as_str()]);
+    let skipped: Vec<(&str, &str)> =
+        report.skipped.iter().map(|l| (l.lease_id.as_str(), l.account_id.as_str())).collect();
+    assert_eq!(skipped, vec![(broken.lease.lease_id.as_str(), "broken"), (fenced.lease.lease_id.as_str(), "fenced")]);
+    assert!(report.skipped[0].reason.contains("available is -1"), "{:?}", report.skipped[0]);
+    assert!(report.skipped[1].reason.contains("fencing_token is 0"), "{:?}", report.skipped[1]);
+    assert_eq!(counters(&s, "healthy").await, (100, 100, 0, 0, 0, 0, 2));
+    assert_eq!(lease_state(&s, &broken.lease.lease_id).await, LeaseState::Active);
+
+    // The next pass finds the same corrupt leases and nothing else to do.
+    let again = s.reclaim(ts(T0 + 10_000), 2).await.expect("second pass");
+    assert_eq!((again.reclaimed.len(), again.skipped.len()), (0, 2));
 }
 
 /// Other stored values no guard forbids but no writer produces: each is found

@@ -59,7 +59,7 @@ use jiff::{SignedDuration, Timestamp};
 use sqlx::PgConnection;
 use tollgate_core::ledger::{self, LeaseState};
 use tollgate_core::{Account, Error, InstantPair, Lease, SecretHash};
-use tollgate_store::{IssuedLease, ReclaimedLease, Released};
+use tollgate_store::{IssuedLease, ReclaimReport, ReclaimedLease, Released, SkippedLease, reclaim_read_max};
 
 use super::{
     AccountRow, DOMAIN, HeldLeaseRow, LeaseRecord, LeaseRow, PostgresStore, db_i64, held, load_account, load_held,
@@ -505,51 +505,46 @@ impl PostgresStore {
         now: Timestamp,
         cutoff: InstantPair,
         limit: u32,
-    ) -> Result<Attempt<Vec<ReclaimedLease>>, Error> {
+    ) -> Result<Attempt<ReclaimReport>, Error> {
         let mut conn = self.pool.acquire().await.map_err(storage_error)?;
         let rows: Vec<HeldLeaseRow> = sqlx::query_as(READ_DUE_SQL)
             .bind(cutoff.floor_us)
             .bind(cutoff.submicro_ns)
-            .bind(i64::from(limit))
+            .bind(i64::from(reclaim_read_max(limit)))
             .fetch_all(&mut *conn)
             .await
             .map_err(storage_error)?;
-        // One snapshot: every row of an account carries the same counters.
-        let mut accounts: BTreeMap<String, Account> = BTreeMap::new();
-        let mut due = Vec::with_capacity(rows.len());
-        for row in rows {
-            let lease = row.lease.decode()?.lease;
-            if !accounts.contains_key(&row.account.account_id) {
-                let account = row.account.decode()?;
-                accounts.insert(account.account_id.clone(), account);
-            }
-            due.push(lease);
-        }
-        due.sort_by(|a, b| (&a.account_id, &a.lease_id).cmp(&(&b.account_id, &b.lease_id)));
+        let (mut due, mut skipped) = due_leases(rows.into_iter().map(|row| (row.account, row.lease)), limit);
+        let mut accounts = due.accounts;
+        due.leases.sort_by(|a, b| (&a.account_id, &a.lease_id).cmp(&(&b.account_id, &b.lease_id)));
 
-        let mut settling = Vec::with_capacity(due.len());
-        let mut reclaimed = Vec::with_capacity(due.len());
-        for before_lease in due {
+        let mut settling = Vec::with_capacity(due.leases.len());
+        let mut reclaimed = Vec::with_capacity(due.leases.len());
+        for before_lease in due.leases {
             let Some(account) = accounts.get_mut(&before_lease.account_id) else {
                 return Err(super::corrupt(format!("lease {} read without its account", before_lease.lease_id)));
             };
             let before = account.clone();
             let mut lease = before_lease.clone();
-            if let Some(settlement) = ledger::reclaim(account, &mut lease, now, &self.policy, DOMAIN)? {
-                reclaimed.push(ReclaimedLease {
-                    lease_id: lease.lease_id.clone(),
-                    account_id: lease.account_id.clone(),
-                    settlement,
-                });
-                settling.push(Settling {
-                    state: lease.state,
-                    difference: difference(&before, account)?,
-                    before: before_lease,
-                });
+            match ledger::reclaim(account, &mut lease, now, &self.policy, DOMAIN) {
+                Ok(Some(settlement)) => {
+                    reclaimed.push(ReclaimedLease {
+                        lease_id: lease.lease_id.clone(),
+                        account_id: lease.account_id.clone(),
+                        settlement,
+                    });
+                    settling.push(Settling {
+                        state: lease.state,
+                        difference: difference(&before, account)?,
+                        before: before_lease,
+                    });
+                }
+                Ok(None) => {}
+                Err(error) => skipped.push(skip(&before_lease.lease_id, &before_lease.account_id, &error)),
             }
         }
         if settling.is_empty() {
-            return Ok(Attempt::Done(reclaimed));
+            return Ok(Attempt::Done(ReclaimReport { reclaimed, skipped, limit }));
         }
         let Some(settled) = settle_if_unchanged(&mut conn, &settling).await? else {
             return Ok(Attempt::Conflict);
@@ -558,8 +553,61 @@ impl PostgresStore {
         for r in &reclaimed {
             self.guesses.forget(&r.account_id, Some(&r.lease_id));
         }
-        Ok(Attempt::Done(reclaimed))
+        Ok(Attempt::Done(ReclaimReport { reclaimed, skipped, limit }))
     }
+}
+
+/// Due leases a pass settles, decoded, with their accounts.
+pub(super) struct Due {
+    pub(super) leases: Vec<Lease>,
+    pub(super) accounts: BTreeMap<String, Account>,
+}
+
+pub(super) fn skip(lease_id: &str, account_id: &str, error: &Error) -> SkippedLease {
+    SkippedLease { lease_id: lease_id.to_owned(), account_id: account_id.to_owned(), reason: error.to_string() }
+}
+
+/// Decodes due rows in the order read (expiry order) until `limit` healthy
+/// leases are found. A lease whose row, or whose account's row, does not
+/// decode is skipped, so one corrupt row never stops the others; the rows of
+/// one account carry the same counters (one snapshot or one lock), so an
+/// account is decoded once.
+pub(super) fn due_leases(
+    rows: impl IntoIterator<Item = (AccountRow, LeaseRow)>,
+    limit: u32,
+) -> (Due, Vec<SkippedLease>) {
+    let mut due = Due { leases: Vec::new(), accounts: BTreeMap::new() };
+    let mut corrupt_accounts: HashMap<String, Error> = HashMap::new();
+    let mut skipped = Vec::new();
+    for (account_row, lease_row) in rows {
+        if due.leases.len() == limit as usize {
+            break;
+        }
+        let (lease_id, account_id) = (lease_row.lease_id.clone(), lease_row.lease_account_id.clone());
+        let lease = match lease_row.decode() {
+            Ok(record) => record.lease,
+            Err(error) => {
+                skipped.push(skip(&lease_id, &account_id, &error));
+                continue;
+            }
+        };
+        if !due.accounts.contains_key(&account_id) && !corrupt_accounts.contains_key(&account_id) {
+            match account_row.decode() {
+                Ok(account) => {
+                    due.accounts.insert(account_id.clone(), account);
+                }
+                Err(error) => {
+                    corrupt_accounts.insert(account_id.clone(), error);
+                }
+            }
+        }
+        if let Some(error) = corrupt_accounts.get(&account_id) {
+            skipped.push(skip(&lease_id, &account_id, error));
+            continue;
+        }
+        due.leases.push(lease);
+    }
+    (due, skipped)
 }
 
 #[cfg(test)]
