@@ -41,7 +41,7 @@ use tollgate_core::{
     SecretHash, UnitDomain, UsageEvent, check_conservation, validate_id,
 };
 use tollgate_store::{
-    AccountView, CheckReport, Consolidated, CreditReceipt, IssuedCredential, IssuedLease, LeaseHandle,
+    AccountView, CheckReport, Consolidated, CreditReceipt, GuardViolation, IssuedCredential, IssuedLease, LeaseHandle,
     LegacyBoundCount, MigrationStatus, ReclaimReport, ReclaimedLease, Released, StorageStatus, Store, UsageSink,
     Verification, new_capability, new_credential_id, new_credential_key, new_lease_id, reclaim_read_max,
 };
@@ -209,6 +209,11 @@ fn ingest_error(error: Error) -> IngestError {
         Error::CounterOverflow { counter } => IngestError::Refused { counter },
         other => IngestError::Corrupt(other.to_string()),
     }
+}
+
+/// A stored counter below zero, which its column's `CHECK` forbids.
+fn negative_counter(table: &str, key: &str, column: &str, value: i64) -> GuardViolation {
+    GuardViolation { table: table.to_owned(), key: key.to_owned(), column: column.to_owned(), value }
 }
 
 /// A value the core decided, for a `BIGINT` column. The core keeps values in
@@ -1279,14 +1284,25 @@ impl Store for PostgresStore {
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(storage_error)?;
+                // A negative counter breaks a column's `CHECK`; such a row is
+                // reported as a guard violation (reclaim skips it too), and its
+                // account's equations, which it would falsify, are not checked.
+                let mut unchecked: HashSet<String> = HashSet::new();
                 let mut by_account: HashMap<String, Vec<Lease>> = HashMap::new();
                 for (lease_id, account_id, granted, used) in leases {
-                    let count = |name: &str, value: i64| {
-                        u64::try_from(value).map_err(|_| corrupt(format!("lease {lease_id}: {name} is {value}")))
-                    };
+                    let negative = [("granted", granted), ("used", used)].into_iter().filter(|(_, v)| *v < 0);
+                    let mut broken = false;
+                    for (column, value) in negative {
+                        report.guard_violations.push(negative_counter("tollgate_leases", &lease_id, column, value));
+                        broken = true;
+                    }
+                    if broken {
+                        unchecked.insert(account_id);
+                        continue;
+                    }
                     let lease = Lease {
-                        granted: count("granted", granted)?,
-                        used: count("used", used)?,
+                        granted: granted.unsigned_abs(),
+                        used: used.unsigned_abs(),
                         lease_id: lease_id.clone(),
                         account_id: account_id.clone(),
                         state: LeaseState::Active,
@@ -1298,6 +1314,21 @@ impl Store for PostgresStore {
                     by_account.entry(account_id).or_default().push(lease);
                 }
                 for (account_id, credited, available, reserved, consumed, overage, billed) in accounts {
+                    let columns = [
+                        ("credited", credited),
+                        ("available", available),
+                        ("reserved", reserved),
+                        ("consumed", consumed),
+                        ("overage", overage),
+                        ("billed", billed),
+                    ];
+                    for (column, value) in columns.into_iter().filter(|(_, v)| *v < 0) {
+                        report.guard_violations.push(negative_counter("tollgate_accounts", &account_id, column, value));
+                        unchecked.insert(account_id.clone());
+                    }
+                    if unchecked.contains(&account_id) {
+                        continue;
+                    }
                     let row = AccountRow {
                         account_id,
                         credited,

@@ -307,6 +307,21 @@ async fn reclaim_skips_corrupt_leases_and_accounts_and_settles_the_healthy_ones(
     // The next pass finds the same corrupt leases and nothing else to do.
     let again = s.reclaim(ts(T0 + 10_000), 2).await.expect("second pass");
     assert_eq!((again.reclaimed.len(), again.skipped.len()), (0, 2));
+
+    // `check` names both rows instead of failing on them.
+    let report = s.check().await.expect("check reports instead of failing");
+    let found: BTreeSet<(String, String, String, i64)> =
+        report.guard_violations.iter().map(|v| (v.table.clone(), v.key.clone(), v.column.clone(), v.value)).collect();
+    let expected: BTreeSet<(String, String, String, i64)> = [
+        ("tollgate_accounts", "broken".to_owned(), "available", -1),
+        ("tollgate_leases", fenced.lease.lease_id.clone(), "fencing_token", 0),
+    ]
+    .into_iter()
+    .map(|(t, k, c, v)| (t.to_owned(), k, c.to_owned(), v))
+    .collect();
+    assert_eq!(found, expected);
+    assert!(!report.is_clean());
+    assert_eq!(report.violations, vec![], "the healthy accounts balance");
 }
 
 /// Other stored values no guard forbids but no writer produces: each is found
