@@ -267,6 +267,9 @@ macro_rules! held_lease_select {
 
 mod unlocked;
 
+#[cfg(feature = "testing")]
+pub use unlocked::ReleasePause;
+
 use unlocked::Attempt;
 
 #[derive(FromRow)]

@@ -727,6 +727,37 @@ async fn another_servers_changes_are_decided_on_never_a_stale_view() {
     assert_conserved(&*one).await;
 }
 
+/// A release that decided on a read remembers the account row its write
+/// returned, not the row it read plus its change: another server's acquire
+/// between the read and the write is in the row written, so the next
+/// operation's first write, from the remembered row, finds it unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_remembers_the_account_row_it_wrote() {
+    let (one, two) = two_servers(2).await;
+    funded(&*one, "acct", 100).await;
+    let hour = nanos(3_600_000_000_000);
+    // Acquired through two, so one has no remembered row and reads.
+    let lease = two.acquire("acct", 10, hour, ts(T0)).await.unwrap();
+
+    let pause = one.pause_next_release_after_read();
+    let releasing = {
+        let (one, lease) = (one.clone(), lease.clone());
+        tokio::spawn(async move { one.release(&lease.lease.lease_id, lease.capability.expose(), ts(T0)).await })
+    };
+    pause.read.notified().await;
+    two.acquire("acct", 5, hour, ts(T0)).await.expect("traffic between the read and the write");
+    pause.resume.notify_one();
+    releasing.await.unwrap().expect("released");
+
+    let committed = one.account("acct").await.unwrap().account;
+    assert_eq!(one.remembered_account("acct"), Some(committed));
+    let unwritten = one.unwritten_writes();
+    one.acquire("acct", 1, hour, ts(T0)).await.expect("acquired");
+    assert_eq!(one.unwritten_writes(), unwritten, "no write wasted on a wrong remembered row");
+    assert_eq!(counters(&*one, "acct").await, (100, 94, 6, 0, 0, 0, 4));
+    assert_conserved(&*one).await;
+}
+
 /// Every store connection plans generically (its settings come in the
 /// startup packet), so no prepared statement is re-planned per execution.
 #[tokio::test]

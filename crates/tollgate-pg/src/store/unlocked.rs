@@ -94,6 +94,28 @@ const GUESSES_MAX: usize = 65_536;
 pub(super) struct Guesses {
     accounts: Mutex<HashMap<String, Account>>,
     leases: Mutex<HashMap<String, (Lease, SecretHash)>>,
+    /// What tests inspect and drive (feature `testing`).
+    #[cfg(feature = "testing")]
+    probe: Probe,
+}
+
+/// Test-only inspection of the unlocked path: how many writes found their
+/// rows changed (each a round trip wasted), and a pause a test can hold a
+/// release in, between its read and its write, to interleave traffic there.
+#[cfg(feature = "testing")]
+#[derive(Default)]
+struct Probe {
+    unwritten: std::sync::atomic::AtomicU64,
+    release_pause: Mutex<Option<std::sync::Arc<ReleasePause>>>,
+}
+
+/// A release held between its read and its write: it signals `read` and
+/// waits for `resume`.
+#[cfg(feature = "testing")]
+#[derive(Default)]
+pub struct ReleasePause {
+    pub read: tokio::sync::Notify,
+    pub resume: tokio::sync::Notify,
 }
 
 fn locked<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -133,6 +155,21 @@ impl Guesses {
         locked(&self.leases).remove(lease_id);
     }
 
+    /// Counts a write that found its rows changed and wrote nothing.
+    fn count_unwritten(&self) {
+        #[cfg(feature = "testing")]
+        self.probe.unwritten.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    #[cfg(feature = "testing")]
+    async fn pause_after_read(&self) {
+        let pause = locked(&self.probe.release_pause).take();
+        if let Some(pause) = pause {
+            pause.read.notify_one();
+            pause.resume.notified().await;
+        }
+    }
+
     fn forget(&self, account_id: &str, lease_id: Option<&str>) {
         locked(&self.accounts).remove(account_id);
         if let Some(lease_id) = lease_id {
@@ -151,10 +188,34 @@ struct WrittenAccountRow {
 #[derive(sqlx::FromRow)]
 struct WrittenHeldRow {
     written: i64,
+    written_credited: Option<i64>,
+    written_available: Option<i64>,
+    written_reserved: Option<i64>,
+    written_consumed: Option<i64>,
+    written_overage: Option<i64>,
+    written_billed: Option<i64>,
+    written_next_fence: Option<i64>,
     #[sqlx(flatten)]
     account: AccountRow,
     #[sqlx(flatten)]
     lease: LeaseRow,
+}
+
+impl WrittenHeldRow {
+    /// The account as the write left it, when it wrote.
+    fn written_account(&self) -> Option<Result<Account, Error>> {
+        let row = AccountRow {
+            account_id: self.account.account_id.clone(),
+            credited: self.written_credited?,
+            available: self.written_available?,
+            reserved: self.written_reserved?,
+            consumed: self.written_consumed?,
+            overage: self.written_overage?,
+            billed: self.written_billed?,
+            next_fence: self.written_next_fence?,
+        };
+        Some(row.decode())
+    }
 }
 
 /// The seven account counters, in column order, as `BIGINT` values.
@@ -229,7 +290,9 @@ SELECT (SELECT count(*) FROM granted) AS written, ",
 /// the account. When $18 is true the account's counters must also still be
 /// $19–$25: a guess was never decoded from the row, so only a row equal to
 /// it in every column is known to be well-formed. Returns whether it wrote,
-/// and the lease and account as the statement found them (its snapshot).
+/// the account's counters as written (the change is added to whatever the
+/// row held by then, which may differ from the view), and the lease and
+/// account as the statement found them (its snapshot).
 const RELEASE_IF_UNCHANGED_SQL: &str = concat!(
     "
 WITH locked AS (
@@ -258,13 +321,17 @@ WITH locked AS (
         next_fence = a.next_fence + $11
     FROM settled
     WHERE a.account_id = settled.account_id
-    RETURNING 1
+    RETURNING a.credited, a.available, a.reserved, a.consumed, a.overage, a.billed, a.next_fence
 )
-SELECT (SELECT count(*) FROM accounts) AS written, ",
+SELECT (SELECT count(*) FROM accounts) AS written, w.credited AS written_credited,
+    w.available AS written_available, w.reserved AS written_reserved,
+    w.consumed AS written_consumed, w.overage AS written_overage, w.billed AS written_billed,
+    w.next_fence AS written_next_fence, ",
     account_columns!(),
     ", ",
     lease_columns!(),
-    " FROM tollgate_leases l JOIN tollgate_accounts a ON a.account_id = l.account_id WHERE l.lease_id = $1"
+    " FROM tollgate_leases l JOIN tollgate_accounts a ON a.account_id = l.account_id \
+     LEFT JOIN accounts w ON true WHERE l.lease_id = $1"
 );
 
 /// Settles every listed lease that is still active with the `used` the core
@@ -407,6 +474,7 @@ impl PostgresStore {
                 self.guesses.remember_lease(lease, capability);
                 return Ok(Attempt::Done(issued));
             }
+            self.guesses.count_unwritten();
             writes += 1;
             if writes == WRITES_MAX {
                 self.guesses.forget(account_id, None);
@@ -429,6 +497,8 @@ impl PostgresStore {
             Some((account, record)) => (account, record, true),
             None => {
                 let (account, record) = load_held(&mut conn, READ_HELD_LEASE_SQL, lease_id).await?;
+                #[cfg(feature = "testing")]
+                self.guesses.pause_after_read().await;
                 (account, record, false)
             }
         };
@@ -482,9 +552,15 @@ impl PostgresStore {
             };
             if found.written == 1 {
                 self.guesses.forget_lease(lease_id);
-                self.guesses.remember_account(account);
+                // The row as written, not the view plus the change: traffic
+                // between the view and the write went into the row too.
+                match found.written_account() {
+                    Some(Ok(written)) => self.guesses.remember_account(written),
+                    _ => self.guesses.forget(&lease_before.account_id, None),
+                }
                 return Ok(Attempt::Done(Released { lease, settlement }));
             }
+            self.guesses.count_unwritten();
             writes += 1;
             if writes == WRITES_MAX {
                 self.guesses.forget(&lease_before.account_id, Some(lease_id));
@@ -608,6 +684,27 @@ pub(super) fn due_leases(
         due.leases.push(lease);
     }
     (due, skipped)
+}
+
+#[cfg(feature = "testing")]
+impl PostgresStore {
+    /// The account row this server remembers having written, if any.
+    pub fn remembered_account(&self, account_id: &str) -> Option<Account> {
+        self.guesses.account(account_id)
+    }
+
+    /// Unlocked writes so far that found their rows changed and wrote nothing.
+    pub fn unwritten_writes(&self) -> u64 {
+        self.guesses.probe.unwritten.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Holds the next release that reads its rows (rather than deciding on
+    /// remembered ones) between that read and its write.
+    pub fn pause_next_release_after_read(&self) -> std::sync::Arc<ReleasePause> {
+        let pause = std::sync::Arc::new(ReleasePause::default());
+        *locked(&self.guesses.probe.release_pause) = Some(pause.clone());
+        pause
+    }
 }
 
 #[cfg(test)]
