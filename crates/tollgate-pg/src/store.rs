@@ -15,7 +15,8 @@
 //! Locks are taken in one global order so that no two operations can wait on
 //! each other in a cycle: account rows first (in `account_id` order), then
 //! lease rows (in `lease_id` order), then credential rows. Every write to a
-//! lease happens under its account's lock. The locking reclaim pass is the
+//! lease happens under its account's lock, and no lease is locked without it:
+//! ingestion and consolidation lock only the leases of accounts they hold. The locking reclaim pass is the
 //! exception that proves the rule: it finds due leases with `FOR UPDATE SKIP
 //! LOCKED` and then takes their accounts with `SKIP LOCKED` as well, so it
 //! never waits at all; a lease whose account is busy stays due for the next

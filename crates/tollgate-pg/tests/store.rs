@@ -684,7 +684,7 @@ async fn an_ingest_naming_other_accounts_leases_never_deadlocks_with_their_write
         None => ingesting.await.unwrap(),
     };
     let unknown = Outcome::Rejected(RejectReason::UnknownLease);
-    assert_eq!(outcomes(ingested), vec![("u-a".into(), unknown.clone()), ("u-b".into(), unknown)]);
+    assert_eq!(outcomes(ingested), vec![("u-a".into(), unknown), ("u-b".into(), unknown)]);
     assert_conserved(&*s).await;
 }
 
