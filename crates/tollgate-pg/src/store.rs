@@ -15,8 +15,9 @@
 //! Locks are taken in one global order so that no two operations can wait on
 //! each other in a cycle: a keyed request's idempotency key row first
 //! (`idempotency`), then account rows (in `account_id` order), then lease rows
-//! (in `lease_id` order), then credential rows. Every write to a
-//! lease happens under its account's lock. The locking reclaim pass is the
+//! (in `lease_id` order), then credential rows. Every write to a lease happens
+//! under its account's lock, and no lease is locked without it: ingestion and
+//! consolidation lock only the leases of accounts they hold. The locking reclaim pass is the
 //! exception that proves the rule: it finds due leases with `FOR UPDATE SKIP
 //! LOCKED` and then takes their accounts with `SKIP LOCKED` as well, so it
 //! never waits at all; a lease whose account is busy stays due for the next
@@ -43,9 +44,10 @@ use tollgate_core::{
     SecretHash, UnitDomain, UsageEvent, check_conservation, validate_id,
 };
 use tollgate_store::{
-    AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, LeaseHandle,
-    LegacyBoundCount, MigrationStatus, ReclaimReport, ReclaimedLease, Released, Request, StorageStatus, Store,
-    UsageSink, Verification, new_capability, new_credential_id, new_credential_key, new_lease_id,
+    AccountView, CheckReport, Consolidated, CreditReceipt, GuardViolation, Idempotency, IssuedCredential, IssuedLease,
+    LeaseHandle, LegacyBoundCount, MigrationStatus, ReclaimReport, ReclaimedLease, Released, Request, StorageStatus,
+    Store, UsageSink, Verification, new_capability, new_credential_id, new_credential_key, new_lease_id,
+    reclaim_read_max,
 };
 
 use crate::inspect;
@@ -57,6 +59,10 @@ const DOMAIN: UnitDomain = UnitDomain::I64;
 /// The settings row that pins the reclaim grace shared by every server, as an
 /// ISO 8601 duration (exact to the nanosecond).
 const RECLAIM_GRACE_SETTING: &str = "reclaim_grace";
+
+/// Statements `pin_reclaim_grace` runs before giving up: the second one
+/// always sees a row another server's concurrent insert committed.
+const PIN_ATTEMPTS_MAX: u32 = 2;
 
 /// Accounts per page in `check`, which bounds its memory.
 const CHECK_PAGE_ACCOUNTS: i64 = 1_000;
@@ -271,6 +277,11 @@ fn ingest_error(error: Error) -> IngestError {
     }
 }
 
+/// A stored counter below zero, which its column's `CHECK` forbids.
+fn negative_counter(table: &str, key: &str, column: &str, value: i64) -> GuardViolation {
+    GuardViolation { table: table.to_owned(), key: key.to_owned(), column: column.to_owned(), value }
+}
+
 /// A value the core decided, for a `BIGINT` column. The core keeps values in
 /// `DOMAIN`, so a failure here is an overflow the domain should have refused.
 fn db_i64(value: u64, counter: &'static str) -> Result<i64, Error> {
@@ -326,6 +337,9 @@ mod tx;
 mod unlocked;
 
 use tx::Tx;
+#[cfg(feature = "testing")]
+pub use unlocked::ReleasePause;
+
 use unlocked::Attempt;
 
 #[derive(FromRow)]
@@ -666,6 +680,16 @@ async fn lock_accounts(
     account_ids: &[String],
     busy: Busy,
 ) -> Result<BTreeMap<String, Account>, Error> {
+    let rows = lock_account_rows(conn, account_ids, busy).await?;
+    rows.into_iter().map(|row| row.decode().map(|account| (account.account_id.clone(), account))).collect()
+}
+
+/// Locks accounts in `account_id` order, without decoding them.
+async fn lock_account_rows(
+    conn: &mut PgConnection,
+    account_ids: &[String],
+    busy: Busy,
+) -> Result<Vec<AccountRow>, Error> {
     let sql = if busy == Busy::Skip {
         concat!(
             "SELECT ",
@@ -681,22 +705,44 @@ async fn lock_accounts(
              FOR NO KEY UPDATE"
         )
     };
-    let rows: Vec<AccountRow> =
-        sqlx::query_as(sql).bind(account_ids).fetch_all(&mut *conn).await.map_err(storage_error)?;
-    rows.into_iter().map(|row| row.decode().map(|account| (account.account_id.clone(), account))).collect()
+    sqlx::query_as(sql).bind(account_ids).fetch_all(&mut *conn).await.map_err(storage_error)
 }
 
-/// Locks leases in `lease_id` order.
-async fn lock_leases(conn: &mut PgConnection, lease_ids: &[String]) -> Result<HashMap<String, LeaseRecord>, Error> {
+/// Locks, in `lease_id` order, the leases among `lease_ids` that belong to
+/// `account_ids`, whose rows the caller has locked already. A lease of any
+/// other account is neither locked nor returned: locking it would take a lease
+/// lock without its account's lock, which a concurrent writer holding that
+/// account (a reclaim pass, say) could wait on in a cycle. The core treats a
+/// lease of another account as it treats one it does not find.
+async fn lock_leases(
+    conn: &mut PgConnection,
+    lease_ids: &[String],
+    account_ids: &[String],
+) -> Result<HashMap<String, LeaseRecord>, Error> {
     let rows: Vec<LeaseRow> = sqlx::query_as(concat!(
         "SELECT ",
         lease_columns!(),
-        " FROM tollgate_leases l WHERE l.lease_id = ANY($1) ORDER BY l.lease_id FOR UPDATE"
+        " FROM tollgate_leases l WHERE l.lease_id = ANY($1) AND l.account_id = ANY($2) \
+         ORDER BY l.lease_id FOR UPDATE"
     ))
     .bind(lease_ids)
+    .bind(account_ids)
     .fetch_all(&mut *conn)
     .await
     .map_err(storage_error)?;
+    rows.into_iter().map(|row| row.decode().map(|record| (record.lease.lease_id.clone(), record))).collect()
+}
+
+/// Reads leases without locking them: for leases of other accounts, which the
+/// core only refuses, on columns (`account_id`, the capability hash) that
+/// never change.
+async fn read_leases(conn: &mut PgConnection, lease_ids: &[String]) -> Result<HashMap<String, LeaseRecord>, Error> {
+    let rows: Vec<LeaseRow> =
+        sqlx::query_as(concat!("SELECT ", lease_columns!(), " FROM tollgate_leases l WHERE l.lease_id = ANY($1)"))
+            .bind(lease_ids)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(storage_error)?;
     rows.into_iter().map(|row| row.decode().map(|record| (record.lease.lease_id.clone(), record))).collect()
 }
 
@@ -869,7 +915,13 @@ impl Engine {
     ) -> Result<Consolidated, Error> {
         let mut account = lock_account(conn, account_id).await?;
         let lease_ids = sorted_ids(sources.iter().map(|h| h.lease_id.as_str()));
-        let records = lock_leases(conn, &lease_ids).await?;
+        let mut records = lock_leases(conn, &lease_ids, &[account_id.to_owned()]).await?;
+        // Leases of other accounts are read, not locked: the core refuses
+        // them (`mixed_accounts`) exactly as before.
+        let foreign: Vec<String> = lease_ids.iter().filter(|id| !records.contains_key(*id)).cloned().collect();
+        if !foreign.is_empty() {
+            records.extend(read_leases(conn, &foreign).await?);
+        }
         let mut leases = sources
             .iter()
             .map(|handle| held(records.get(&handle.lease_id), &handle.capability))
@@ -881,6 +933,90 @@ impl Engine {
         changes.accounts.push(account);
         persist(conn, &changes).await?;
         Ok(Consolidated { lease, settlements: leases.into_iter().zip(settlements).collect() })
+    }
+
+    /// The locking reclaim pass: locks due leases and then their accounts,
+    /// both with `SKIP LOCKED`, so it never waits. Corrupt rows are skipped
+    /// and reported, as on the unlocked path.
+    async fn reclaim_locking(
+        &self,
+        tx: &mut PgConnection,
+        now: Timestamp,
+        cutoff: InstantPair,
+        limit: u32,
+    ) -> Result<ReclaimReport, Error> {
+        let rows: Vec<LeaseRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            lease_columns!(),
+            " FROM tollgate_leases l WHERE l.state = 'active' \
+             AND (l.expiry_floor_us, l.expiry_submicro_ns) <= ($1, $2) \
+             ORDER BY l.expiry_floor_us, l.expiry_submicro_ns, l.lease_id \
+             LIMIT $3 FOR UPDATE SKIP LOCKED"
+        ))
+        .bind(cutoff.floor_us)
+        .bind(cutoff.submicro_ns)
+        .bind(i64::from(reclaim_read_max(limit)))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(storage_error)?;
+        let mut skipped = Vec::new();
+        let mut due = Vec::with_capacity(rows.len());
+        for row in rows {
+            if due.len() == limit as usize {
+                break;
+            }
+            let (lease_id, account_id) = (row.lease_id.clone(), row.lease_account_id.clone());
+            match row.decode() {
+                Ok(record) => due.push(record.lease),
+                Err(error) => skipped.push(unlocked::skip(&lease_id, &account_id, &error)),
+            }
+        }
+        due.sort_by(|a, b| (&a.account_id, &a.lease_id).cmp(&(&b.account_id, &b.lease_id)));
+        let account_ids = sorted_ids(due.iter().map(|l| l.account_id.as_str()));
+        let mut accounts = BTreeMap::new();
+        let mut corrupt_accounts = HashMap::new();
+        for row in lock_account_rows(tx, &account_ids, Busy::Skip).await? {
+            let account_id = row.account_id.clone();
+            match row.decode() {
+                Ok(account) => {
+                    accounts.insert(account_id, account);
+                }
+                Err(error) => {
+                    corrupt_accounts.insert(account_id, error);
+                }
+            }
+        }
+
+        let mut reclaimed = Vec::with_capacity(due.len());
+        let mut changes = Changes::default();
+        for mut lease in due {
+            if let Some(error) = corrupt_accounts.get(&lease.account_id) {
+                skipped.push(unlocked::skip(&lease.lease_id, &lease.account_id, error));
+                continue;
+            }
+            // Not locked: another transaction holds the account; next pass.
+            let Some(account) = accounts.get_mut(&lease.account_id) else {
+                continue;
+            };
+            match ledger::reclaim(account, &mut lease, now, &self.policy, DOMAIN) {
+                Ok(Some(settlement)) => {
+                    reclaimed.push(ReclaimedLease {
+                        lease_id: lease.lease_id.clone(),
+                        account_id: lease.account_id.clone(),
+                        settlement,
+                    });
+                    changes.leases.push(lease);
+                }
+                Ok(None) => {}
+                Err(error) => skipped.push(unlocked::skip(&lease.lease_id, &lease.account_id, &error)),
+            }
+        }
+        let touched: BTreeSet<&str> = changes.leases.iter().map(|l| l.account_id.as_str()).collect();
+        changes.accounts = accounts.into_values().filter(|a| touched.contains(a.account_id.as_str())).collect();
+        if !changes.leases.is_empty() {
+            persist(tx, &changes).await?;
+        }
+        Ok(ReclaimReport { reclaimed, skipped, limit })
     }
 
     async fn ingest_inner(&self, batch: &[UsageEvent], now: Timestamp) -> Result<Vec<EventOutcome>, IngestError> {
@@ -904,7 +1040,8 @@ impl Engine {
                 ..UsageSnapshot::default()
             };
             if !lease_ids.is_empty() {
-                snapshot.leases = lock_leases(&mut tx, &lease_ids)
+                let locked: Vec<String> = snapshot.accounts.keys().cloned().collect();
+                snapshot.leases = lock_leases(&mut tx, &lease_ids, &locked)
                     .await
                     .map_err(ingest_error)?
                     .into_iter()
@@ -1130,64 +1267,17 @@ impl Store for Engine {
     async fn reclaim(&self, now: Timestamp, limit: u32) -> Result<ReclaimReport, Error> {
         let limit = limit.min(self.policy.reclaim_batch_max());
         let Some(cutoff) = self.policy.reclaim_cutoff(now) else {
-            return Ok(ReclaimReport { reclaimed: Vec::new(), limit });
+            return Ok(ReclaimReport { limit, ..ReclaimReport::default() });
         };
         if limit == 0 {
-            return Ok(ReclaimReport { reclaimed: Vec::new(), limit });
+            return Ok(ReclaimReport { limit, ..ReclaimReport::default() });
         }
         let cutoff = InstantPair::encode(cutoff);
-        if let Attempt::Done(reclaimed) = self.reclaim_unlocked(now, cutoff, limit).await? {
-            return Ok(ReclaimReport { reclaimed, limit });
+        if let Attempt::Done(report) = self.reclaim_unlocked(now, cutoff, limit).await? {
+            return Ok(report);
         }
         let mut tx = self.begin().await?;
-        let result: Result<ReclaimReport, Error> = async {
-            let rows: Vec<LeaseRow> = sqlx::query_as(concat!(
-                "SELECT ",
-                lease_columns!(),
-                " FROM tollgate_leases l WHERE l.state = 'active' \
-             AND (l.expiry_floor_us, l.expiry_submicro_ns) <= ($1, $2) \
-             ORDER BY l.expiry_floor_us, l.expiry_submicro_ns, l.lease_id \
-             LIMIT $3 FOR UPDATE SKIP LOCKED"
-            ))
-            .bind(cutoff.floor_us)
-            .bind(cutoff.submicro_ns)
-            .bind(i64::from(limit))
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(storage_error)?;
-            let mut due =
-                rows.into_iter().map(|row| row.decode().map(|record| record.lease)).collect::<Result<Vec<_>, _>>()?;
-            if due.is_empty() {
-                return Ok(ReclaimReport { reclaimed: Vec::new(), limit });
-            }
-            due.sort_by(|a, b| (&a.account_id, &a.lease_id).cmp(&(&b.account_id, &b.lease_id)));
-            let account_ids = sorted_ids(due.iter().map(|l| l.account_id.as_str()));
-            let mut accounts = lock_accounts(&mut tx, &account_ids, Busy::Skip).await?;
-
-            let mut reclaimed = Vec::with_capacity(due.len());
-            let mut changes = Changes::default();
-            for mut lease in due {
-                // Not locked: another transaction holds the account; next pass.
-                let Some(account) = accounts.get_mut(&lease.account_id) else {
-                    continue;
-                };
-                if let Some(settlement) = ledger::reclaim(account, &mut lease, now, &self.policy, DOMAIN)? {
-                    reclaimed.push(ReclaimedLease {
-                        lease_id: lease.lease_id.clone(),
-                        account_id: lease.account_id.clone(),
-                        settlement,
-                    });
-                    changes.leases.push(lease);
-                }
-            }
-            let touched: BTreeSet<&str> = changes.leases.iter().map(|l| l.account_id.as_str()).collect();
-            changes.accounts = accounts.into_values().filter(|a| touched.contains(a.account_id.as_str())).collect();
-            if !changes.leases.is_empty() {
-                persist(&mut tx, &changes).await?;
-            }
-            Ok(ReclaimReport { reclaimed, limit })
-        }
-        .await;
+        let result = self.reclaim_locking(&mut tx, now, cutoff, limit).await;
         finish(tx, result).await
     }
 
@@ -1358,14 +1448,25 @@ impl Store for Engine {
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(storage_error)?;
+                // A negative counter breaks a column's `CHECK`; such a row is
+                // reported as a guard violation (reclaim skips it too), and its
+                // account's equations, which it would falsify, are not checked.
+                let mut unchecked: HashSet<String> = HashSet::new();
                 let mut by_account: HashMap<String, Vec<Lease>> = HashMap::new();
                 for (lease_id, account_id, granted, used) in leases {
-                    let count = |name: &str, value: i64| {
-                        u64::try_from(value).map_err(|_| corrupt(format!("lease {lease_id}: {name} is {value}")))
-                    };
+                    let negative = [("granted", granted), ("used", used)].into_iter().filter(|(_, v)| *v < 0);
+                    let mut broken = false;
+                    for (column, value) in negative {
+                        report.guard_violations.push(negative_counter("tollgate_leases", &lease_id, column, value));
+                        broken = true;
+                    }
+                    if broken {
+                        unchecked.insert(account_id);
+                        continue;
+                    }
                     let lease = Lease {
-                        granted: count("granted", granted)?,
-                        used: count("used", used)?,
+                        granted: granted.unsigned_abs(),
+                        used: used.unsigned_abs(),
                         lease_id: lease_id.clone(),
                         account_id: account_id.clone(),
                         state: LeaseState::Active,
@@ -1377,6 +1478,21 @@ impl Store for Engine {
                     by_account.entry(account_id).or_default().push(lease);
                 }
                 for (account_id, credited, available, reserved, consumed, overage, billed) in accounts {
+                    let columns = [
+                        ("credited", credited),
+                        ("available", available),
+                        ("reserved", reserved),
+                        ("consumed", consumed),
+                        ("overage", overage),
+                        ("billed", billed),
+                    ];
+                    for (column, value) in columns.into_iter().filter(|(_, v)| *v < 0) {
+                        report.guard_violations.push(negative_counter("tollgate_accounts", &account_id, column, value));
+                        unchecked.insert(account_id.clone());
+                    }
+                    if unchecked.contains(&account_id) {
+                        continue;
+                    }
                     let row = AccountRow {
                         account_id,
                         credited,
@@ -1455,23 +1571,37 @@ impl Store for Engine {
             return Ok(());
         }
         // The CTE's insert is invisible to the outer SELECT of the same
-        // statement, so exactly one branch yields a row: the value this call
-        // recorded, or the one recorded before.
-        let recorded: String = sqlx::query_scalar(
-            "WITH inserted AS (
-                 INSERT INTO tollgate_settings (key, value) VALUES ($1, $2)
-                 ON CONFLICT (key) DO NOTHING
-                 RETURNING value
-             )
-             SELECT value FROM inserted
-             UNION ALL
-             SELECT s.value FROM tollgate_settings s WHERE s.key = $1",
-        )
-        .bind(RECLAIM_GRACE_SETTING)
-        .bind(configured.to_string())
-        .fetch_one(&self.pool)
-        .await
-        .map_err(storage_error)?;
+        // statement, so at most one branch yields a row: the value this call
+        // recorded, or the one recorded before. Neither does when another
+        // server's insert was uncommitted as the statement began: the insert
+        // waits for that commit and then does nothing, while the SELECT's
+        // snapshot predates the commit. Running the statement again takes a
+        // new snapshot, which sees that row. (An upsert that always returns
+        // the row would also rewrite it on every startup.)
+        let mut recorded = None;
+        for _ in 0..PIN_ATTEMPTS_MAX {
+            recorded = sqlx::query_scalar::<_, String>(
+                "WITH inserted AS (
+                     INSERT INTO tollgate_settings (key, value) VALUES ($1, $2)
+                     ON CONFLICT (key) DO NOTHING
+                     RETURNING value
+                 )
+                 SELECT value FROM inserted
+                 UNION ALL
+                 SELECT s.value FROM tollgate_settings s WHERE s.key = $1",
+            )
+            .bind(RECLAIM_GRACE_SETTING)
+            .bind(configured.to_string())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(storage_error)?;
+            if recorded.is_some() {
+                break;
+            }
+        }
+        let recorded = recorded.ok_or_else(|| {
+            corrupt(format!("tollgate_settings {RECLAIM_GRACE_SETTING} vanished as soon as it was recorded"))
+        })?;
         let recorded_grace: SignedDuration = recorded
             .parse()
             .map_err(|e| corrupt(format!("tollgate_settings {RECLAIM_GRACE_SETTING} is {recorded:?}: {e}")))?;

@@ -198,7 +198,10 @@ async fn zero_and_negative_stored_lease_fences_are_storage_corrupt() {
         let mut leased = event("e", "acct", &cred, 1, Some(&lease));
         leased.fencing_token = Some(1);
         expect_ingest_corrupt(&what("ingest"), s.ingest(vec![leased], ts(T0)).await);
-        expect_corrupt(&what("reclaim"), s.reclaim(ts(T0 + 1_000), 10).await);
+        let reclaim = s.reclaim(ts(T0 + 1_000), 10).await.expect("reclaim skips the corrupt lease");
+        assert_eq!(reclaim.reclaimed, vec![], "{fence}");
+        let skipped: Vec<&str> = reclaim.skipped.iter().map(|l| l.lease_id.as_str()).collect();
+        assert_eq!(skipped, vec![lease.lease.lease_id.as_str()], "{fence}");
 
         // Nothing was settled or billed around the corrupt row.
         assert_eq!(counters(&s, "acct").await, before, "{fence}");
@@ -264,6 +267,61 @@ async fn zero_and_negative_next_fence_and_event_rows_are_storage_corrupt() {
         .collect();
         assert_eq!(found, expected, "{next_fence}");
     }
+}
+
+/// One corrupt due lease, or one inconsistent account, stops no other
+/// account's reclaim: a pass skips and reports each lease it cannot decode or
+/// settle and settles every healthy due lease, even one behind as many corrupt
+/// ones in expiry order as the pass's bound.
+#[tokio::test]
+async fn reclaim_skips_corrupt_leases_and_accounts_and_settles_the_healthy_ones() {
+    let s = store(nanos(0)).await;
+    for account in ["broken", "fenced", "healthy"] {
+        funded(&s, account, 100).await;
+    }
+    // Expiry order: broken's lease, fenced's lease, then the healthy one.
+    let broken = s.acquire("broken", 10, nanos(1_000), ts(T0)).await.unwrap();
+    let fenced = s.acquire("fenced", 10, nanos(2_000), ts(T0)).await.unwrap();
+    let healthy = s.acquire("healthy", 10, nanos(3_000), ts(T0)).await.unwrap();
+    sqlx::raw_sql(
+        "ALTER TABLE tollgate_accounts DROP CONSTRAINT tollgate_accounts_available_check;
+         ALTER TABLE tollgate_leases DROP CONSTRAINT tollgate_leases_fence_positive;
+         UPDATE tollgate_accounts SET available = -1 WHERE account_id = 'broken';
+         UPDATE tollgate_leases SET fencing_token = 0 WHERE account_id = 'fenced';",
+    )
+    .execute(s.pool())
+    .await
+    .unwrap();
+
+    let report = s.reclaim(ts(T0 + 10_000), 2).await.expect("the pass succeeds around corrupt rows");
+    let reclaimed: Vec<&str> = report.reclaimed.iter().map(|r| r.lease_id.as_str()).collect();
+    assert_eq!(reclaimed, vec![healthy.lease.lease_id.as_str()]);
+    let skipped: Vec<(&str, &str)> =
+        report.skipped.iter().map(|l| (l.lease_id.as_str(), l.account_id.as_str())).collect();
+    assert_eq!(skipped, vec![(broken.lease.lease_id.as_str(), "broken"), (fenced.lease.lease_id.as_str(), "fenced")]);
+    assert!(report.skipped[0].reason.contains("available is -1"), "{:?}", report.skipped[0]);
+    assert!(report.skipped[1].reason.contains("fencing_token is 0"), "{:?}", report.skipped[1]);
+    assert_eq!(counters(&s, "healthy").await, (100, 100, 0, 0, 0, 0, 2));
+    assert_eq!(lease_state(&s, &broken.lease.lease_id).await, LeaseState::Active);
+
+    // The next pass finds the same corrupt leases and nothing else to do.
+    let again = s.reclaim(ts(T0 + 10_000), 2).await.expect("second pass");
+    assert_eq!((again.reclaimed.len(), again.skipped.len()), (0, 2));
+
+    // `check` names both rows instead of failing on them.
+    let report = s.check().await.expect("check reports instead of failing");
+    let found: BTreeSet<(String, String, String, i64)> =
+        report.guard_violations.iter().map(|v| (v.table.clone(), v.key.clone(), v.column.clone(), v.value)).collect();
+    let expected: BTreeSet<(String, String, String, i64)> = [
+        ("tollgate_accounts", "broken".to_owned(), "available", -1),
+        ("tollgate_leases", fenced.lease.lease_id.clone(), "fencing_token", 0),
+    ]
+    .into_iter()
+    .map(|(t, k, c, v)| (t.to_owned(), k, c.to_owned(), v))
+    .collect();
+    assert_eq!(found, expected);
+    assert!(!report.is_clean());
+    assert_eq!(report.violations, vec![], "the healthy accounts balance");
 }
 
 /// Other stored values no guard forbids but no writer produces: each is found
@@ -580,6 +638,56 @@ async fn a_reclaim_pass_leaves_a_lease_on_a_busy_account_due_for_the_next_pass()
     assert_conserved(&s).await;
 }
 
+/// An ingest for one account that names leases of two others (a buggy or
+/// hostile gateway) locks neither lease, so it cannot close a cycle with a
+/// writer that holds those accounts and takes their leases in another order.
+/// The holder here plays that writer: it holds both accounts and the later
+/// lease, and takes the earlier one once the ingest has run (or waits behind
+/// it, which is the deadlock). Both events are rejected as unknown leases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ingest_naming_other_accounts_leases_never_deadlocks_with_their_writer() {
+    let s = Arc::new(store(nanos(0)).await);
+    for account in ["a", "b", "c"] {
+        funded(&*s, account, 100).await;
+    }
+    let cred = credential(&*s, "c").await;
+    let hour = nanos(3_600_000_000_000);
+    let la = s.acquire("a", 10, hour, ts(T0)).await.unwrap();
+    let lb = s.acquire("b", 10, hour, ts(T0)).await.unwrap();
+    let (earlier, later) = if la.lease.lease_id < lb.lease.lease_id { (&la, &lb) } else { (&lb, &la) };
+
+    let mut holder = s.pool().begin().await.expect("begin");
+    let holder_pid = fixtures::backend_pid(&mut holder).await;
+    let lock = |sql: &'static str, id: String| sqlx::query(sql).bind(id);
+    let lock_accounts = "SELECT 1 FROM tollgate_accounts WHERE account_id = ANY(string_to_array($1, ',')) \
+                         ORDER BY account_id FOR NO KEY UPDATE";
+    let lock_lease = "SELECT 1 FROM tollgate_leases WHERE lease_id = $1 FOR UPDATE";
+    lock(lock_accounts, "a,b".into()).execute(&mut *holder).await.expect("lock the accounts");
+    lock(lock_lease, later.lease.lease_id.clone()).execute(&mut *holder).await.expect("lock the later lease");
+
+    let mut ingesting = {
+        let s = s.clone();
+        let foreign_a = event("u-a", "c", &cred, 1, Some(&la));
+        let foreign_b = event("u-b", "c", &cred, 1, Some(&lb));
+        tokio::spawn(async move { s.ingest(vec![foreign_a, foreign_b], ts(T0)).await })
+    };
+    let ingested = tokio::select! {
+        done = &mut ingesting => Some(done.unwrap()),
+        _ = fixtures::statement_waiting_behind(s.pool(), holder_pid) => None,
+    };
+    // Whether or not the ingest finished, the holder now takes the earlier lease.
+    let taken = lock(lock_lease, earlier.lease.lease_id.clone()).execute(&mut *holder).await;
+    assert!(taken.is_ok(), "the holder takes the earlier lease: {taken:?}");
+    holder.commit().await.expect("commit");
+    let ingested = match ingested {
+        Some(ingested) => ingested,
+        None => ingesting.await.unwrap(),
+    };
+    let unknown = Outcome::Rejected(RejectReason::UnknownLease);
+    assert_eq!(outcomes(ingested), vec![("u-a".into(), unknown), ("u-b".into(), unknown)]);
+    assert_conserved(&*s).await;
+}
+
 /// A server writes from its last view of a row without reading it first. When
 /// another server changed the row meanwhile, that view is stale: the write
 /// changes nothing, and the operation decides on the committed row instead.
@@ -616,6 +724,37 @@ async fn another_servers_changes_are_decided_on_never_a_stale_view() {
         Err(Error::LeaseNotActive { state: LeaseState::Released })
     );
     assert_eq!(counters(&*one, "acct").await, (300, 211, 85, 4, 0, 4, 4));
+    assert_conserved(&*one).await;
+}
+
+/// A release that decided on a read remembers the account row its write
+/// returned, not the row it read plus its change: another server's acquire
+/// between the read and the write is in the row written, so the next
+/// operation's first write, from the remembered row, finds it unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_remembers_the_account_row_it_wrote() {
+    let (one, two) = two_servers(2).await;
+    funded(&*one, "acct", 100).await;
+    let hour = nanos(3_600_000_000_000);
+    // Acquired through two, so one has no remembered row and reads.
+    let lease = two.acquire("acct", 10, hour, ts(T0)).await.unwrap();
+
+    let pause = one.pause_next_release_after_read();
+    let releasing = {
+        let (one, lease) = (one.clone(), lease.clone());
+        tokio::spawn(async move { one.release(&lease.lease.lease_id, lease.capability.expose(), ts(T0)).await })
+    };
+    pause.read.notified().await;
+    two.acquire("acct", 5, hour, ts(T0)).await.expect("traffic between the read and the write");
+    pause.resume.notify_one();
+    releasing.await.unwrap().expect("released");
+
+    let committed = one.account("acct").await.unwrap().account;
+    assert_eq!(one.remembered_account("acct"), Some(committed));
+    let unwritten = one.unwritten_writes();
+    one.acquire("acct", 1, hour, ts(T0)).await.expect("acquired");
+    assert_eq!(one.unwritten_writes(), unwritten, "no write wasted on a wrong remembered row");
+    assert_eq!(counters(&*one, "acct").await, (100, 94, 6, 0, 0, 0, 4));
     assert_conserved(&*one).await;
 }
 
@@ -710,6 +849,36 @@ async fn reclaim_grace_is_pinned_across_servers() {
         store.pool().close().await;
     }
     db.drop_now().await;
+}
+
+/// Two servers starting together: one server's record of the grace is still
+/// uncommitted while the other pins it. The second waits for the first and
+/// then finds the grace recorded once; neither reports corruption.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_starting_together_record_the_grace_once() {
+    let grace = nanos(1_500);
+    let s = Arc::new(store(grace).await);
+    let mut first = s.pool().begin().await.expect("begin");
+    let first_pid = fixtures::backend_pid(&mut first).await;
+    sqlx::query("INSERT INTO tollgate_settings (key, value) VALUES ('reclaim_grace', $1)")
+        .bind(grace.to_string())
+        .execute(&mut *first)
+        .await
+        .expect("the other server records the grace");
+    let pinning = {
+        let s = s.clone();
+        tokio::spawn(async move { s.pin_reclaim_grace(false).await })
+    };
+    let waiting = fixtures::statement_waiting_behind(s.pool(), first_pid).await;
+    assert!(waiting.contains("tollgate_settings"), "waits for the other server's insert: {waiting}");
+    first.commit().await.expect("commit");
+
+    assert_eq!(pinning.await.unwrap(), Ok(()));
+    let recorded: Vec<String> = sqlx::query_scalar("SELECT value FROM tollgate_settings WHERE key = 'reclaim_grace'")
+        .fetch_all(s.pool())
+        .await
+        .unwrap();
+    assert_eq!(recorded, vec![grace.to_string()]);
 }
 
 /// PostgreSQL text cannot hold NUL: such identifiers are simply never found,

@@ -70,8 +70,18 @@ struct Registry {
     leases: BTreeMap<LeaseEvent, u64>,
     /// By result: `ok` or `error`.
     reclaim_passes: BTreeMap<&'static str, u64>,
+    /// Due leases passes skipped as corrupt (a lease skipped by several
+    /// passes counts once per pass).
+    reclaim_skipped: u64,
     reclaim_last_success: Option<Timestamp>,
     clock: Option<ClockStatus>,
+}
+
+/// What one successful reclaim pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReclaimCounts {
+    pub reclaimed: u64,
+    pub skipped: u64,
 }
 
 /// The server's metrics. Cheap to update from any task.
@@ -118,12 +128,15 @@ impl Metrics {
         *self.lock().leases.entry(event).or_default() += count;
     }
 
-    pub fn observe_reclaim_pass(&self, result: Result<u64, ()>, now: Timestamp) {
+    /// A pass's result: how many leases it settled and how many it skipped
+    /// as corrupt, or that it failed.
+    pub fn observe_reclaim_pass(&self, result: Result<ReclaimCounts, ()>, now: Timestamp) {
         let mut registry = self.lock();
         match result {
-            Ok(reclaimed) => {
+            Ok(counts) => {
                 *registry.reclaim_passes.entry("ok").or_default() += 1;
-                *registry.leases.entry(LeaseEvent::Reclaimed).or_default() += reclaimed;
+                *registry.leases.entry(LeaseEvent::Reclaimed).or_default() += counts.reclaimed;
+                registry.reclaim_skipped += counts.skipped;
                 registry.reclaim_last_success = Some(now);
             }
             Err(()) => *registry.reclaim_passes.entry("error").or_default() += 1,
@@ -201,6 +214,13 @@ impl Metrics {
             let _ = writeln!(out, "tollgate_reclaim_passes_total{{result=\"{result}\"}} {count}");
         }
 
+        out.push_str(
+            "# HELP tollgate_reclaim_skipped_total Due leases reclaim passes skipped because their row or their \
+             account's row is corrupt, once per pass.\n",
+        );
+        out.push_str("# TYPE tollgate_reclaim_skipped_total counter\n");
+        let _ = writeln!(out, "tollgate_reclaim_skipped_total {}", registry.reclaim_skipped);
+
         // Lag is measured from the last successful pass, or from startup before
         // the first one, so a worker that never succeeds shows a growing lag.
         let since = registry.reclaim_last_success.unwrap_or(self.started_at);
@@ -271,5 +291,20 @@ mod tests {
         }
         assert_eq!(seconds(5_000_000), "5");
         assert_eq!(escape("a\"b"), "a\\\"b");
+    }
+
+    #[test]
+    fn reclaim_passes_count_skipped_corrupt_leases() {
+        let metrics = Metrics::new(Timestamp::UNIX_EPOCH);
+        metrics.observe_reclaim_pass(Ok(ReclaimCounts { reclaimed: 1, skipped: 2 }), Timestamp::UNIX_EPOCH);
+        metrics.observe_reclaim_pass(Ok(ReclaimCounts { reclaimed: 0, skipped: 2 }), Timestamp::UNIX_EPOCH);
+        let text = metrics.render(Timestamp::UNIX_EPOCH);
+        for line in [
+            "tollgate_reclaim_skipped_total 4",
+            r#"tollgate_reclaim_passes_total{result="ok"} 2"#,
+            r#"tollgate_leases_total{event="reclaimed"} 1"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
+        }
     }
 }

@@ -19,6 +19,7 @@ use tollgate_core::Error;
 use tollgate_store::{IDEMPOTENCY_PURGE_BATCH_MAX, ReclaimReport};
 
 use crate::AppState;
+use crate::metrics::ReclaimCounts;
 
 /// The most passes one tick runs. With the largest batch bound this is ten
 /// million leases per tick; what is left waits for the next tick.
@@ -37,7 +38,25 @@ pub async fn reclaim_pass(state: &AppState) -> Result<ReclaimReport, Error> {
     let limit = state.store().policy().reclaim_batch_max();
     let result = state.store().reclaim(now, limit).await;
     match &result {
-        Ok(report) => state.metrics().observe_reclaim_pass(Ok(report.reclaimed.len() as u64), now),
+        Ok(report) => {
+            if !report.skipped.is_empty() {
+                // Once per pass, naming every skipped lease and why: the rows
+                // stay as they are until an operator repairs them.
+                let leases: Vec<String> = report
+                    .skipped
+                    .iter()
+                    .map(|s| format!("{} (account {}): {}", s.lease_id, s.account_id, s.reason))
+                    .collect();
+                tracing::warn!(
+                    skipped = report.skipped.len(),
+                    leases = ?leases,
+                    "reclaim skipped corrupt due leases; the rest were settled; run `tollgate check`"
+                );
+            }
+            let counts =
+                ReclaimCounts { reclaimed: report.reclaimed.len() as u64, skipped: report.skipped.len() as u64 };
+            state.metrics().observe_reclaim_pass(Ok(counts), now);
+        }
         Err(_) => state.metrics().observe_reclaim_pass(Err(()), now),
     }
     result

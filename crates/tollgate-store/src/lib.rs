@@ -16,7 +16,8 @@ pub use idempotency::{
 pub use memory::MemoryStore;
 pub use model::{
     AccountView, CheckReport, Consolidated, CreditReceipt, GuardViolation, IssuedCredential, IssuedLease, LeaseHandle,
-    LegacyBoundCount, MigrationStatus, ReclaimReport, ReclaimedLease, Released, StorageStatus, Verification,
+    LegacyBoundCount, MigrationStatus, ReclaimReport, ReclaimedLease, Released, SkippedLease, StorageStatus,
+    Verification, reclaim_read_max,
 };
 pub use secrets::{new_capability, new_credential_id, new_credential_key, new_lease_id};
 

@@ -50,13 +50,34 @@ pub struct ReclaimedLease {
     pub settlement: Settlement,
 }
 
+/// A due lease a reclaim pass could not settle because its row or its
+/// account's row is corrupt. It stays active until an operator repairs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedLease {
+    pub lease_id: String,
+    pub account_id: String,
+    /// Why, as the `storage_corrupt` error that loading or settling it gave.
+    pub reason: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ReclaimReport {
     /// Settled leases, in account order.
     pub reclaimed: Vec<ReclaimedLease>,
+    /// Due leases passed over as corrupt, in the order the pass found them. One
+    /// corrupt lease never stops the others: a pass reads past up to `limit`
+    /// of them (`reclaim_read_max`), so they cannot starve the healthy ones
+    /// behind them in expiry order unless more than `limit` are due at once.
+    pub skipped: Vec<SkippedLease>,
     /// The bound this pass applied; a pass that settled exactly this many may have
     /// left more due leases behind.
     pub limit: u32,
+}
+
+/// Due leases one pass of bound `limit` reads: its bound, and as many again to
+/// read past corrupt ones.
+pub fn reclaim_read_max(limit: u32) -> u32 {
+    limit.saturating_mul(2)
 }
 
 impl ReclaimReport {

@@ -59,7 +59,7 @@ use jiff::{SignedDuration, Timestamp};
 use sqlx::PgConnection;
 use tollgate_core::ledger::{self, LeaseState};
 use tollgate_core::{Account, Error, InstantPair, Lease, SecretHash};
-use tollgate_store::{IssuedLease, ReclaimedLease, Released};
+use tollgate_store::{IssuedLease, ReclaimReport, ReclaimedLease, Released, SkippedLease, reclaim_read_max};
 
 use super::{
     AccountRow, DOMAIN, Engine, HeldLeaseRow, LeaseRecord, LeaseRow, db_i64, held, load_account, load_held,
@@ -94,6 +94,28 @@ const GUESSES_MAX: usize = 65_536;
 pub(super) struct Guesses {
     accounts: Mutex<HashMap<String, Account>>,
     leases: Mutex<HashMap<String, (Lease, SecretHash)>>,
+    /// What tests inspect and drive (feature `testing`).
+    #[cfg(feature = "testing")]
+    probe: Probe,
+}
+
+/// Test-only inspection of the unlocked path: how many writes found their
+/// rows changed (each a round trip wasted), and a pause a test can hold a
+/// release in, between its read and its write, to interleave traffic there.
+#[cfg(feature = "testing")]
+#[derive(Default)]
+struct Probe {
+    unwritten: std::sync::atomic::AtomicU64,
+    release_pause: Mutex<Option<std::sync::Arc<ReleasePause>>>,
+}
+
+/// A release held between its read and its write: it signals `read` and
+/// waits for `resume`.
+#[cfg(feature = "testing")]
+#[derive(Default)]
+pub struct ReleasePause {
+    pub read: tokio::sync::Notify,
+    pub resume: tokio::sync::Notify,
 }
 
 fn locked<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -133,6 +155,21 @@ impl Guesses {
         locked(&self.leases).remove(lease_id);
     }
 
+    /// Counts a write that found its rows changed and wrote nothing.
+    fn count_unwritten(&self) {
+        #[cfg(feature = "testing")]
+        self.probe.unwritten.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    #[cfg(feature = "testing")]
+    async fn pause_after_read(&self) {
+        let pause = locked(&self.probe.release_pause).take();
+        if let Some(pause) = pause {
+            pause.read.notify_one();
+            pause.resume.notified().await;
+        }
+    }
+
     fn forget(&self, account_id: &str, lease_id: Option<&str>) {
         locked(&self.accounts).remove(account_id);
         if let Some(lease_id) = lease_id {
@@ -151,10 +188,34 @@ struct WrittenAccountRow {
 #[derive(sqlx::FromRow)]
 struct WrittenHeldRow {
     written: i64,
+    written_credited: Option<i64>,
+    written_available: Option<i64>,
+    written_reserved: Option<i64>,
+    written_consumed: Option<i64>,
+    written_overage: Option<i64>,
+    written_billed: Option<i64>,
+    written_next_fence: Option<i64>,
     #[sqlx(flatten)]
     account: AccountRow,
     #[sqlx(flatten)]
     lease: LeaseRow,
+}
+
+impl WrittenHeldRow {
+    /// The account as the write left it, when it wrote.
+    fn written_account(&self) -> Option<Result<Account, Error>> {
+        let row = AccountRow {
+            account_id: self.account.account_id.clone(),
+            credited: self.written_credited?,
+            available: self.written_available?,
+            reserved: self.written_reserved?,
+            consumed: self.written_consumed?,
+            overage: self.written_overage?,
+            billed: self.written_billed?,
+            next_fence: self.written_next_fence?,
+        };
+        Some(row.decode())
+    }
 }
 
 /// The seven account counters, in column order, as `BIGINT` values.
@@ -229,7 +290,9 @@ SELECT (SELECT count(*) FROM granted) AS written, ",
 /// the account. When $18 is true the account's counters must also still be
 /// $19–$25: a guess was never decoded from the row, so only a row equal to
 /// it in every column is known to be well-formed. Returns whether it wrote,
-/// and the lease and account as the statement found them (its snapshot).
+/// the account's counters as written (the change is added to whatever the
+/// row held by then, which may differ from the view), and the lease and
+/// account as the statement found them (its snapshot).
 const RELEASE_IF_UNCHANGED_SQL: &str = concat!(
     "
 WITH locked AS (
@@ -258,18 +321,24 @@ WITH locked AS (
         next_fence = a.next_fence + $11
     FROM settled
     WHERE a.account_id = settled.account_id
-    RETURNING 1
+    RETURNING a.credited, a.available, a.reserved, a.consumed, a.overage, a.billed, a.next_fence
 )
-SELECT (SELECT count(*) FROM accounts) AS written, ",
+SELECT (SELECT count(*) FROM accounts) AS written, w.credited AS written_credited,
+    w.available AS written_available, w.reserved AS written_reserved,
+    w.consumed AS written_consumed, w.overage AS written_overage, w.billed AS written_billed,
+    w.next_fence AS written_next_fence, ",
     account_columns!(),
     ", ",
     lease_columns!(),
-    " FROM tollgate_leases l JOIN tollgate_accounts a ON a.account_id = l.account_id WHERE l.lease_id = $1"
+    " FROM tollgate_leases l JOIN tollgate_accounts a ON a.account_id = l.account_id \
+     LEFT JOIN accounts w ON true WHERE l.lease_id = $1"
 );
 
 /// Settles every listed lease that is still active with the `used` the core
 /// read, whose account it can lock without waiting, and adds each settled
 /// lease's account change to its account. Returns the settled lease ids.
+/// Locks follow the global order: accounts by `account_id`, then their leases
+/// by `lease_id` (`leases`), before the UPDATE touches any lease row.
 const SETTLE_IF_UNCHANGED_SQL: &str = "
 WITH locked AS (
     SELECT u.*
@@ -280,10 +349,17 @@ WITH locked AS (
     JOIN tollgate_accounts AS a ON a.account_id = u.account_id
     ORDER BY a.account_id
     FOR NO KEY UPDATE OF a SKIP LOCKED
+), leases AS (
+    SELECT l.lease_id
+    FROM tollgate_leases AS l
+    JOIN locked AS k ON k.lease_id = l.lease_id AND k.account_id = l.account_id
+    ORDER BY l.lease_id
+    FOR UPDATE OF l
 ), settled AS (
     UPDATE tollgate_leases AS l
     SET state = k.state, settled_at = now()
     FROM locked AS k
+    JOIN leases AS x ON x.lease_id = k.lease_id
     WHERE l.lease_id = k.lease_id
       AND l.account_id = k.account_id
       AND l.state = 'active'
@@ -398,6 +474,7 @@ impl Engine {
                 self.guesses.remember_lease(lease, capability);
                 return Ok(Attempt::Done(issued));
             }
+            self.guesses.count_unwritten();
             writes += 1;
             if writes == WRITES_MAX {
                 self.guesses.forget(account_id, None);
@@ -420,6 +497,8 @@ impl Engine {
             Some((account, record)) => (account, record, true),
             None => {
                 let (account, record) = load_held(&mut conn, READ_HELD_LEASE_SQL, lease_id).await?;
+                #[cfg(feature = "testing")]
+                self.guesses.pause_after_read().await;
                 (account, record, false)
             }
         };
@@ -473,9 +552,15 @@ impl Engine {
             };
             if found.written == 1 {
                 self.guesses.forget_lease(lease_id);
-                self.guesses.remember_account(account);
+                // The row as written, not the view plus the change: traffic
+                // between the view and the write went into the row too.
+                match found.written_account() {
+                    Some(Ok(written)) => self.guesses.remember_account(written),
+                    _ => self.guesses.forget(&lease_before.account_id, None),
+                }
                 return Ok(Attempt::Done(Released { lease, settlement }));
             }
+            self.guesses.count_unwritten();
             writes += 1;
             if writes == WRITES_MAX {
                 self.guesses.forget(&lease_before.account_id, Some(lease_id));
@@ -496,51 +581,46 @@ impl Engine {
         now: Timestamp,
         cutoff: InstantPair,
         limit: u32,
-    ) -> Result<Attempt<Vec<ReclaimedLease>>, Error> {
+    ) -> Result<Attempt<ReclaimReport>, Error> {
         let mut conn = self.pool.acquire().await.map_err(storage_error)?;
         let rows: Vec<HeldLeaseRow> = sqlx::query_as(READ_DUE_SQL)
             .bind(cutoff.floor_us)
             .bind(cutoff.submicro_ns)
-            .bind(i64::from(limit))
+            .bind(i64::from(reclaim_read_max(limit)))
             .fetch_all(&mut *conn)
             .await
             .map_err(storage_error)?;
-        // One snapshot: every row of an account carries the same counters.
-        let mut accounts: BTreeMap<String, Account> = BTreeMap::new();
-        let mut due = Vec::with_capacity(rows.len());
-        for row in rows {
-            let lease = row.lease.decode()?.lease;
-            if !accounts.contains_key(&row.account.account_id) {
-                let account = row.account.decode()?;
-                accounts.insert(account.account_id.clone(), account);
-            }
-            due.push(lease);
-        }
-        due.sort_by(|a, b| (&a.account_id, &a.lease_id).cmp(&(&b.account_id, &b.lease_id)));
+        let (mut due, mut skipped) = due_leases(rows.into_iter().map(|row| (row.account, row.lease)), limit);
+        let mut accounts = due.accounts;
+        due.leases.sort_by(|a, b| (&a.account_id, &a.lease_id).cmp(&(&b.account_id, &b.lease_id)));
 
-        let mut settling = Vec::with_capacity(due.len());
-        let mut reclaimed = Vec::with_capacity(due.len());
-        for before_lease in due {
+        let mut settling = Vec::with_capacity(due.leases.len());
+        let mut reclaimed = Vec::with_capacity(due.leases.len());
+        for before_lease in due.leases {
             let Some(account) = accounts.get_mut(&before_lease.account_id) else {
                 return Err(super::corrupt(format!("lease {} read without its account", before_lease.lease_id)));
             };
             let before = account.clone();
             let mut lease = before_lease.clone();
-            if let Some(settlement) = ledger::reclaim(account, &mut lease, now, &self.policy, DOMAIN)? {
-                reclaimed.push(ReclaimedLease {
-                    lease_id: lease.lease_id.clone(),
-                    account_id: lease.account_id.clone(),
-                    settlement,
-                });
-                settling.push(Settling {
-                    state: lease.state,
-                    difference: difference(&before, account)?,
-                    before: before_lease,
-                });
+            match ledger::reclaim(account, &mut lease, now, &self.policy, DOMAIN) {
+                Ok(Some(settlement)) => {
+                    reclaimed.push(ReclaimedLease {
+                        lease_id: lease.lease_id.clone(),
+                        account_id: lease.account_id.clone(),
+                        settlement,
+                    });
+                    settling.push(Settling {
+                        state: lease.state,
+                        difference: difference(&before, account)?,
+                        before: before_lease,
+                    });
+                }
+                Ok(None) => {}
+                Err(error) => skipped.push(skip(&before_lease.lease_id, &before_lease.account_id, &error)),
             }
         }
         if settling.is_empty() {
-            return Ok(Attempt::Done(reclaimed));
+            return Ok(Attempt::Done(ReclaimReport { reclaimed, skipped, limit }));
         }
         let Some(settled) = settle_if_unchanged(&mut conn, &settling).await? else {
             return Ok(Attempt::Conflict);
@@ -549,7 +629,81 @@ impl Engine {
         for r in &reclaimed {
             self.guesses.forget(&r.account_id, Some(&r.lease_id));
         }
-        Ok(Attempt::Done(reclaimed))
+        Ok(Attempt::Done(ReclaimReport { reclaimed, skipped, limit }))
+    }
+}
+
+/// Due leases a pass settles, decoded, with their accounts.
+pub(super) struct Due {
+    pub(super) leases: Vec<Lease>,
+    pub(super) accounts: BTreeMap<String, Account>,
+}
+
+pub(super) fn skip(lease_id: &str, account_id: &str, error: &Error) -> SkippedLease {
+    SkippedLease { lease_id: lease_id.to_owned(), account_id: account_id.to_owned(), reason: error.to_string() }
+}
+
+/// Decodes due rows in the order read (expiry order) until `limit` healthy
+/// leases are found. A lease whose row, or whose account's row, does not
+/// decode is skipped, so one corrupt row never stops the others; the rows of
+/// one account carry the same counters (one snapshot or one lock), so an
+/// account is decoded once.
+pub(super) fn due_leases(
+    rows: impl IntoIterator<Item = (AccountRow, LeaseRow)>,
+    limit: u32,
+) -> (Due, Vec<SkippedLease>) {
+    let mut due = Due { leases: Vec::new(), accounts: BTreeMap::new() };
+    let mut corrupt_accounts: HashMap<String, Error> = HashMap::new();
+    let mut skipped = Vec::new();
+    for (account_row, lease_row) in rows {
+        if due.leases.len() == limit as usize {
+            break;
+        }
+        let (lease_id, account_id) = (lease_row.lease_id.clone(), lease_row.lease_account_id.clone());
+        let lease = match lease_row.decode() {
+            Ok(record) => record.lease,
+            Err(error) => {
+                skipped.push(skip(&lease_id, &account_id, &error));
+                continue;
+            }
+        };
+        if !due.accounts.contains_key(&account_id) && !corrupt_accounts.contains_key(&account_id) {
+            match account_row.decode() {
+                Ok(account) => {
+                    due.accounts.insert(account_id.clone(), account);
+                }
+                Err(error) => {
+                    corrupt_accounts.insert(account_id.clone(), error);
+                }
+            }
+        }
+        if let Some(error) = corrupt_accounts.get(&account_id) {
+            skipped.push(skip(&lease_id, &account_id, error));
+            continue;
+        }
+        due.leases.push(lease);
+    }
+    (due, skipped)
+}
+
+#[cfg(feature = "testing")]
+impl super::PostgresStore {
+    /// The account row this server remembers having written, if any.
+    pub fn remembered_account(&self, account_id: &str) -> Option<Account> {
+        self.engine.guesses.account(account_id)
+    }
+
+    /// Unlocked writes so far that found their rows changed and wrote nothing.
+    pub fn unwritten_writes(&self) -> u64 {
+        self.engine.guesses.probe.unwritten.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Holds the next release that reads its rows (rather than deciding on
+    /// remembered ones) between that read and its write.
+    pub fn pause_next_release_after_read(&self) -> std::sync::Arc<ReleasePause> {
+        let pause = std::sync::Arc::new(ReleasePause::default());
+        *locked(&self.engine.guesses.probe.release_pause) = Some(pause.clone());
+        pause
     }
 }
 
