@@ -249,6 +249,7 @@ async fn drive(mut operation: Operation<'_>, polls: usize) -> Option<Result<(), 
 pub async fn drop_at_every_step<H: Harness>(harness: &H) {
     let store = harness.store();
     let mut attempt = 0;
+    let mut dropped = 0;
     for &name in OPERATIONS {
         // The whole effect, from one run to completion.
         attempt += 1;
@@ -302,8 +303,10 @@ pub async fn drop_at_every_step<H: Harness>(harness: &H) {
             if finished.is_some() {
                 break;
             }
+            dropped += 1;
             polls += 1;
             assert!(polls <= POLLS_MAX, "{name} never finished");
         }
     }
+    eprintln!("{} operations, each dropped at every step: {dropped} dropped, {attempt} attempts", OPERATIONS.len());
 }
