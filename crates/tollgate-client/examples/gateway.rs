@@ -86,8 +86,8 @@ async fn main() -> Result<(), AnyError> {
             let mut tick = tokio::time::interval(Duration::from_secs(15));
             loop {
                 tick.tick().await;
-                if let Err(error) = gateway.renew_due().await {
-                    eprintln!("lease renewal failed: {error}");
+                for (account_id, error) in gateway.renew_due().await.failed {
+                    eprintln!("lease renewal of {account_id} failed: {error}");
                 }
             }
         })

@@ -65,7 +65,7 @@ const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
 
 /// A fresh key: 256 random bits, so that nobody can guess it (it unseals the
 /// recorded answer on the server).
-fn new_idempotency_key() -> String {
+pub(crate) fn new_idempotency_key() -> String {
     rand::random::<[u8; 32]>().iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
@@ -325,8 +325,20 @@ impl TollgateClient {
     /// `POST /v1/accounts/{account_id}/leases` (gateway): 201 with the lease
     /// and its capability, which is shown only here.
     pub async fn acquire(&self, account_id: &str, units: u64, ttl: SignedDuration) -> Result<LeaseBody, ClientError> {
+        self.acquire_keyed(&new_idempotency_key(), account_id, units, ttl).await
+    }
+
+    /// `acquire` under a key the caller keeps, so that it can ask again with
+    /// the same key after an unclear answer and learn what happened.
+    pub(crate) async fn acquire_keyed(
+        &self,
+        key: &str,
+        account_id: &str,
+        units: u64,
+        ttl: SignedDuration,
+    ) -> Result<LeaseBody, ClientError> {
         let body = AcquireRequest { units, ttl };
-        self.keyed(&["v1", "accounts", account_id, "leases"], Some(&body)).await
+        self.keyed_with(key, &["v1", "accounts", account_id, "leases"], Some(&body)).await
     }
 
     /// `GET /v1/leases/{lease_id}` (gateway), without the capability.
@@ -350,8 +362,20 @@ impl TollgateClient {
         extra_units: u64,
         ttl: SignedDuration,
     ) -> Result<ConsolidateResponse, ClientError> {
+        self.consolidate_keyed(&new_idempotency_key(), account_id, leases, extra_units, ttl).await
+    }
+
+    /// `consolidate` under a key the caller keeps; see `acquire_keyed`.
+    pub(crate) async fn consolidate_keyed(
+        &self,
+        key: &str,
+        account_id: &str,
+        leases: Vec<LeaseHandleBody>,
+        extra_units: u64,
+        ttl: SignedDuration,
+    ) -> Result<ConsolidateResponse, ClientError> {
         let body = ConsolidateRequest { leases, extra_units, ttl };
-        self.keyed(&["v1", "accounts", account_id, "leases", "consolidate"], Some(&body)).await
+        self.keyed_with(key, &["v1", "accounts", account_id, "leases", "consolidate"], Some(&body)).await
     }
 
     /// `POST /v1/usage` (gateway): one outcome per event, in input order.
@@ -416,11 +440,19 @@ impl TollgateClient {
         segments: &[&str],
         body: Option<&B>,
     ) -> Result<T, ClientError> {
-        let key = new_idempotency_key();
+        self.keyed_with(&new_idempotency_key(), segments, body).await
+    }
+
+    async fn keyed_with<B: Serialize, T: DeserializeOwned>(
+        &self,
+        key: &str,
+        segments: &[&str],
+        body: Option<&B>,
+    ) -> Result<T, ClientError> {
         let mut backoff = self.mutation_backoff_initial;
         let mut attempt = 1;
         loop {
-            match self.json_keyed(Method::POST, segments, body, Some(&key)).await {
+            match self.json_keyed(Method::POST, segments, body, Some(key)).await {
                 Err(error) if error.retryable() && attempt < self.mutation_attempts_max => {
                     tokio::time::sleep(backoff).await;
                     backoff = backoff.saturating_mul(2);

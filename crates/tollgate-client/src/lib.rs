@@ -22,7 +22,9 @@ pub use config::{
     ATTEMPTS_LIMIT, BACKOFF_INITIAL_LIMIT, BACKOFF_LIMIT, BACKOFF_MIN, BATCH_AGE_LIMIT, BATCH_AGE_MIN, ConfigError,
     QUEUE_EVENTS_LIMIT, RetryConfig, WriterConfig,
 };
-pub use gateway::{Gateway, GatewayConfig, GatewayConfigError, GatewayReport, Spend, SpendError, SpendReceipt};
+pub use gateway::{
+    Gateway, GatewayConfig, GatewayConfigError, GatewayReport, RenewReport, Spend, SpendError, SpendReceipt,
+};
 pub use http::{
     ClientBuildError, ClientConfig, ClientError, ClientErrorKind, Credited, MUTATION_ATTEMPTS_MAX,
     MUTATION_BACKOFF_INITIAL_MAX, TollgateClient, ingest_error_of, outcomes_of,
