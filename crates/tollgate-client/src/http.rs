@@ -29,6 +29,8 @@ use tollgate_api::{
 use tollgate_core::{BATCH_EVENTS_MAX, EventOutcome, IngestError, Outcome, RejectReason, Secret, UsageEvent};
 use tollgate_store::UsageSink;
 
+use crate::writer::{Settled, SettledOutcome};
+
 /// Where the server is, how to authenticate, and how long to wait.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
@@ -550,6 +552,72 @@ impl UsageSink for TollgateClient {
     }
 }
 
+impl TollgateClient {
+    /// `POST /v1/usage` for the writer over HTTP: every outcome of a `200`
+    /// answer, unknown rejection reasons by their wire code.
+    pub(crate) async fn ingest_settled(&self, batch: &[UsageEvent]) -> Result<Vec<Settled>, IngestError> {
+        match self.send_usage(batch).await {
+            Ok(response) => Ok(settled_of(response.outcomes)),
+            Err(error) => Err(ingest_error_of(&error, batch.len())),
+        }
+    }
+}
+
+/// The most distinct unknown rejection codes kept by name per process; more
+/// are counted under [`UNRECOGNISED_REASON`]. Codes are interned to fit the
+/// writer's `&'static str` keys, so this bounds what an odd server can make
+/// the process keep.
+const UNKNOWN_CODES_MAX: usize = 64;
+/// The longest unknown code kept by name.
+const UNKNOWN_CODE_BYTES_MAX: usize = 64;
+/// An unknown rejection whose code is not kept by name (too many distinct
+/// codes, too long, or not a `snake_case` word), or a rejection without one.
+pub const UNRECOGNISED_REASON: &str = "unrecognised_reason";
+
+/// `code` as a `&'static str`: a known reason's own, an unknown one interned
+/// within the bounds above.
+fn reason_code(code: &str) -> &'static str {
+    if let Some(known) = RejectReason::parse(code) {
+        return known.code();
+    }
+    let well_formed = !code.is_empty()
+        && code.len() <= UNKNOWN_CODE_BYTES_MAX
+        && code.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if !well_formed {
+        return UNRECOGNISED_REASON;
+    }
+    static INTERNED: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let mut interned = INTERNED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(existing) = interned.iter().find(|existing| **existing == code) {
+        return existing;
+    }
+    if interned.len() >= UNKNOWN_CODES_MAX {
+        return UNRECOGNISED_REASON;
+    }
+    let leaked: &'static str = Box::leak(code.to_owned().into_boxed_str());
+    interned.push(leaked);
+    leaked
+}
+
+/// Reads every outcome of a `200` answer. The server applied the batch and
+/// said so per event: an event is billed only when it is `accepted` (or was
+/// before, `duplicate`), so any other answer, whatever its wording, is a
+/// rejection, counted under its code.
+fn settled_of(outcomes: Vec<OutcomeBody>) -> Vec<Settled> {
+    outcomes
+        .into_iter()
+        .map(|body| {
+            let outcome = match (body.outcome.as_str(), body.reason.as_deref()) {
+                ("accepted", _) => SettledOutcome::Accepted,
+                ("duplicate", _) => SettledOutcome::Duplicate,
+                ("rejected", Some(reason)) => SettledOutcome::Rejected(reason_code(reason)),
+                (_, _) => SettledOutcome::Rejected(UNRECOGNISED_REASON),
+            };
+            Settled { request_id: body.request_id, outcome }
+        })
+        .collect()
+}
+
 /// Counter names the stores refuse a batch for. `IngestError::Refused` holds a
 /// static name; the wire carries it only inside the message.
 const REFUSABLE_COUNTERS: [&str; 11] = [
@@ -708,6 +776,44 @@ mod tests {
         assert!(!teapot.retryable);
         let throttled = ClientError::of_response(StatusCode::TOO_MANY_REQUESTS, b"");
         assert!(throttled.retryable);
+    }
+
+    #[test]
+    fn a_200_answer_settles_every_outcome_and_keeps_unknown_reasons_by_name() {
+        let wire = |outcome: &str, reason: Option<&str>| OutcomeBody {
+            request_id: "r".into(),
+            outcome: outcome.into(),
+            reason: reason.map(str::to_owned),
+        };
+        let long = "x".repeat(UNKNOWN_CODE_BYTES_MAX + 1);
+        let read: Vec<SettledOutcome> = settled_of(vec![
+            wire("accepted", None),
+            wire("duplicate", None),
+            wire("rejected", Some("fence_mismatch")),
+            wire("rejected", Some("quota_frozen")),
+            wire("rejected", Some("Not A Code")),
+            wire("rejected", Some(&long)),
+            wire("rejected", None),
+            wire("deferred", None),
+        ])
+        .into_iter()
+        .map(|settled| settled.outcome)
+        .collect();
+        assert_eq!(
+            read,
+            [
+                SettledOutcome::Accepted,
+                SettledOutcome::Duplicate,
+                SettledOutcome::Rejected("fence_mismatch"),
+                SettledOutcome::Rejected("quota_frozen"),
+                SettledOutcome::Rejected(UNRECOGNISED_REASON),
+                SettledOutcome::Rejected(UNRECOGNISED_REASON),
+                SettledOutcome::Rejected(UNRECOGNISED_REASON),
+                SettledOutcome::Rejected(UNRECOGNISED_REASON),
+            ]
+        );
+        // Interned once: the same name comes back as the same string.
+        assert!(std::ptr::eq(reason_code("quota_frozen"), reason_code("quota_frozen")));
     }
 
     #[test]

@@ -14,6 +14,7 @@ use tollgate_core::{EventOutcome, IngestError, Outcome, UsageEvent};
 use tollgate_store::UsageSink;
 
 use crate::config::{ConfigError, WriterConfig};
+use crate::http::TollgateClient;
 use crate::stats::{LossReason, LossReport, Tally, WriterStats};
 
 /// Called once for every [`LossReport`], on the writer's worker task. It must
@@ -112,7 +113,7 @@ pub struct UsageWriter {
 
 /// Builds a [`UsageWriter`] with optional loss callback and clock.
 pub struct WriterBuilder {
-    sink: Arc<dyn UsageSink>,
+    sink: Destination,
     config: WriterConfig,
     on_loss: Option<LossCallback>,
     clock: Clock,
@@ -172,7 +173,18 @@ impl UsageWriter {
     }
 
     pub fn builder(sink: Arc<dyn UsageSink>, config: WriterConfig) -> WriterBuilder {
-        WriterBuilder { sink, config, on_loss: None, clock: Arc::new(Timestamp::now) }
+        WriterBuilder { sink: Destination::Sink(sink), config, on_loss: None, clock: Arc::new(Timestamp::now) }
+    }
+
+    /// A writer that delivers over HTTP with `client`. Unlike a writer over
+    /// `Arc::new(client)` as a [`UsageSink`], it reads a `200` answer's
+    /// outcomes as the server wrote them: a rejection reason this client does
+    /// not know (from a newer server) is counted under its wire code in
+    /// [`WriterStats::rejected`], and every other outcome of the batch is
+    /// settled with it. The `UsageSink` contract has no room for an unknown
+    /// reason, so through it such an answer is `Corrupt`.
+    pub fn over_http(client: TollgateClient, config: WriterConfig) -> WriterBuilder {
+        WriterBuilder { sink: Destination::Http(client), config, on_loss: None, clock: Arc::new(Timestamp::now) }
     }
 
     pub fn config(&self) -> &WriterConfig {
@@ -324,9 +336,16 @@ impl State {
     }
 }
 
+/// Where batches go.
+#[derive(Clone)]
+enum Destination {
+    Sink(Arc<dyn UsageSink>),
+    Http(TollgateClient),
+}
+
 struct Worker {
     shared: Arc<Shared>,
-    sink: Arc<dyn UsageSink>,
+    sink: Destination,
     on_loss: Option<LossCallback>,
     clock: Clock,
     settled: watch::Sender<u64>,
@@ -335,7 +354,7 @@ struct Worker {
 
 /// How one attempt ended.
 enum Attempt {
-    Answered(Result<Vec<EventOutcome>, IngestError>),
+    Answered(Result<Vec<Settled>, IngestError>),
     /// The shutdown deadline passed while the sink call was in flight.
     CutOff,
 }
@@ -436,7 +455,14 @@ impl Worker {
         let sink = self.sink.clone();
         let events = batch.to_vec();
         let now = (self.clock)();
-        let mut call = tokio::spawn(async move { sink.ingest(events, now).await });
+        let mut call = tokio::spawn(async move {
+            match sink {
+                Destination::Sink(sink) => {
+                    sink.ingest(events, now).await.map(|outcomes| outcomes.into_iter().map(Settled::from).collect())
+                }
+                Destination::Http(client) => client.ingest_settled(&events).await,
+            }
+        });
         tokio::select! {
             joined = &mut call => Attempt::Answered(joined.unwrap_or_else(|join_error| {
                 Err(IngestError::Unavailable(format!("the usage sink failed: {join_error}")))
@@ -448,22 +474,20 @@ impl Worker {
         }
     }
 
-    fn settle(&self, batch: &[UsageEvent], outcomes: &[EventOutcome], after_ambiguous: bool) {
+    fn settle(&self, batch: &[UsageEvent], outcomes: &[Settled], after_ambiguous: bool) {
         let settled = {
             let mut state = self.shared.lock();
             let stats = &mut state.stats;
             for (event, outcome) in batch.iter().zip(outcomes) {
                 match outcome.outcome {
-                    Outcome::Accepted => stats.accepted.add_event(event.units),
-                    Outcome::Duplicate => {
+                    SettledOutcome::Accepted => stats.accepted.add_event(event.units),
+                    SettledOutcome::Duplicate => {
                         stats.duplicate.add_event(event.units);
                         if after_ambiguous {
                             stats.redelivered.add_event(event.units);
                         }
                     }
-                    Outcome::Rejected(reason) => {
-                        stats.rejected.entry(reason.code()).or_default().add_event(event.units)
-                    }
+                    SettledOutcome::Rejected(code) => stats.rejected.entry(code).or_default().add_event(event.units),
                 }
             }
             stats.in_flight.remove(Tally::of(batch));
@@ -501,10 +525,36 @@ impl Worker {
     }
 }
 
+/// One event's outcome as the writer counts it: a rejection by its code, so
+/// that a reason this client does not know is still counted, under its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Settled {
+    pub(crate) request_id: String,
+    pub(crate) outcome: SettledOutcome,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SettledOutcome {
+    Accepted,
+    Duplicate,
+    Rejected(&'static str),
+}
+
+impl From<EventOutcome> for Settled {
+    fn from(outcome: EventOutcome) -> Self {
+        let settled = match outcome.outcome {
+            Outcome::Accepted => SettledOutcome::Accepted,
+            Outcome::Duplicate => SettledOutcome::Duplicate,
+            Outcome::Rejected(reason) => SettledOutcome::Rejected(reason.code()),
+        };
+        Settled { request_id: outcome.request_id, outcome: settled }
+    }
+}
+
 /// A sink must answer with one outcome per event, in order. Anything else is a
 /// broken answer that says nothing reliable about what was applied, so it is
 /// treated like corruption: retryable, with the batch possibly applied.
-fn check_outcomes(batch: &[UsageEvent], outcomes: Vec<EventOutcome>) -> Result<Vec<EventOutcome>, IngestError> {
+fn check_outcomes(batch: &[UsageEvent], outcomes: Vec<Settled>) -> Result<Vec<Settled>, IngestError> {
     if outcomes.len() != batch.len() {
         return Err(IngestError::Corrupt(format!(
             "the sink answered {} outcomes for {} events",
@@ -561,8 +611,8 @@ mod tests {
         }
     }
 
-    fn outcome(request_id: &str) -> EventOutcome {
-        EventOutcome { request_id: request_id.to_owned(), outcome: Outcome::Accepted }
+    fn outcome(request_id: &str) -> Settled {
+        Settled { request_id: request_id.to_owned(), outcome: SettledOutcome::Accepted }
     }
 
     #[test]

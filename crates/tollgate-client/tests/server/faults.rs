@@ -15,6 +15,9 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tollgate_pg::testing::TestDb;
+
+use crate::support::Storage;
 
 /// The largest request or answer the proxy carries; tests send small bodies.
 const MESSAGE_BYTES_MAX: usize = 4 * 1024 * 1024;
@@ -30,6 +33,9 @@ pub enum Fault {
     TruncateAnswer,
     /// The connection is reset before the request is forwarded: not applied.
     Reset,
+    /// The request is applied; every `from` in the answer's body reads `to`
+    /// (a newer server's wording, say).
+    RewriteAnswer { from: &'static str, to: &'static str },
 }
 
 /// Applies `fault` to the `nth` (from 1) and following `count - 1` requests
@@ -120,7 +126,7 @@ async fn serve_connection(
         }
         let mut server = TcpStream::connect(upstream).await.expect("upstream reachable");
         server.write_all(&request).await.expect("forward the request");
-        let Some(answer) = read_message(&mut server).await else { return };
+        let Some(mut answer) = read_message(&mut server).await else { return };
         match fault {
             Some(Fault::DropAnswer) => return,
             Some(Fault::TruncateAnswer) => {
@@ -128,12 +134,31 @@ async fn serve_connection(
                 return;
             }
             Some(Fault::DelayAnswer(delay)) => tokio::time::sleep(delay).await,
+            Some(Fault::RewriteAnswer { from, to }) => answer = rewrite(&answer, from, to),
             Some(Fault::Reset) | None => {}
         }
         if client.write_all(&answer).await.is_err() {
             return;
         }
     }
+}
+
+/// `answer` with `from` replaced by `to` in its body and its
+/// `Content-Length` set to the new length.
+fn rewrite(answer: &[u8], from: &str, to: &str) -> Vec<u8> {
+    let head_end = answer.windows(4).position(|w| w == b"\r\n\r\n").expect("a whole answer") + 4;
+    let head = String::from_utf8_lossy(&answer[..head_end]);
+    let body = String::from_utf8_lossy(&answer[head_end..]).replace(from, to);
+    let mut rewritten = String::new();
+    for line in head.split_inclusive("\r\n") {
+        if line.to_ascii_lowercase().starts_with("content-length:") {
+            rewritten.push_str(&format!("content-length: {}\r\n", body.len()));
+        } else {
+            rewritten.push_str(line);
+        }
+    }
+    rewritten.push_str(&body);
+    rewritten.into_bytes()
 }
 
 /// One HTTP/1.1 message: its head, then `Content-Length` bytes of body; `None`
@@ -169,5 +194,16 @@ impl FaultProxy {
     /// A rule for one request.
     pub fn once(&self, method: &'static str, path: &'static str, nth: u32, fault: Fault) {
         self.add(Rule { method, path, nth, count: 1, fault });
+    }
+}
+
+/// A fresh store: memory, or a database of its own on PostgreSQL. Keep the
+/// `TestDb` for as long as the server runs.
+pub async fn storage(postgres: bool) -> (Storage, Option<TestDb>) {
+    if postgres {
+        let db = TestDb::create().await;
+        (Storage::Postgres { url: db.url().to_owned() }, Some(db))
+    } else {
+        (Storage::Memory, None)
     }
 }

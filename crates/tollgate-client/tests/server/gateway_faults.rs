@@ -11,8 +11,8 @@ use jiff::{SignedDuration, Timestamp};
 use tollgate_client::{ClientConfig, Gateway, GatewayConfig, LossReport, Spend, SpendError, TollgateClient};
 use tollgate_pg::testing::TestDb;
 
-use crate::faults::{Fault, FaultProxy};
-use crate::support::{GATEWAY_TOKEN, Server, Storage, Tenant, assert_accounted, writer, writer_config};
+use crate::faults::{Fault, FaultProxy, storage};
+use crate::support::{GATEWAY_TOKEN, Server, Tenant, assert_accounted, http_writer, writer_config};
 
 const CONSOLIDATE: &str = "/leases/consolidate";
 /// Nine and a half minutes on, a ten-minute lease is within its one-minute
@@ -35,11 +35,7 @@ struct Rig {
 
 impl Rig {
     async fn start(postgres: bool, account_id: &str, balance: u64, lease_units: u64) -> Rig {
-        let db = if postgres { Some(TestDb::create().await) } else { None };
-        let storage = match &db {
-            Some(db) => Storage::Postgres { url: db.url().to_owned() },
-            None => Storage::Memory,
-        };
+        let (storage, db) = storage(postgres).await;
         let server = Server::start(&storage).await;
         let tenant = Tenant::create(&server.admin(), account_id, balance).await;
         let proxy = FaultProxy::start(server.address).await;
@@ -48,7 +44,7 @@ impl Rig {
         let mut config = ClientConfig::new(proxy.url(), Some(GATEWAY_TOKEN));
         config.mutation_attempts_max = 1;
         let client = TollgateClient::new(config).expect("client");
-        let (writer, losses) = writer(Arc::new(client.clone()), writer_config(20));
+        let (writer, losses) = http_writer(client.clone(), writer_config(20));
         let skew_s = Arc::new(AtomicI64::new(0));
         let clock_skew = skew_s.clone();
         let clock = Arc::new(move || Timestamp::now() + SignedDuration::from_secs(clock_skew.load(Ordering::Relaxed)));

@@ -15,3 +15,4 @@ mod retries;
 mod routes;
 mod support;
 mod writer;
+mod writer_faults;

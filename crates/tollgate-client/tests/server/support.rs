@@ -153,6 +153,17 @@ pub fn writer(sink: Arc<dyn UsageSink>, config: WriterConfig) -> (UsageWriter, A
     (writer, losses)
 }
 
+/// As `writer`, delivering over HTTP with `client` (`UsageWriter::over_http`).
+pub fn http_writer(client: TollgateClient, config: WriterConfig) -> (UsageWriter, Arc<Mutex<Vec<LossReport>>>) {
+    let losses = Arc::new(Mutex::new(Vec::new()));
+    let collected = losses.clone();
+    let writer = UsageWriter::over_http(client, config)
+        .on_loss(move |report| collected.lock().unwrap().push(report.clone()))
+        .spawn()
+        .expect("a valid writer configuration");
+    (writer, losses)
+}
+
 /// An account with prepaid units and a credential, created over HTTP.
 pub struct Tenant {
     pub account_id: String,

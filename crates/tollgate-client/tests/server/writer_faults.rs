@@ -1,0 +1,65 @@
+//! The usage writer over HTTP through the fault proxy, on both stores: the
+//! server's billing equals what the writer counts as delivered, and every
+//! recorded event is accounted for.
+
+use std::time::Duration;
+
+use tollgate_client::{ClientConfig, RetryConfig, Tally, TollgateClient, WriterConfig};
+
+use crate::faults::{Fault, FaultProxy, storage};
+use crate::support::{GATEWAY_TOKEN, Server, Tenant, assert_accounted, assert_ledger, http_writer};
+
+/// Few quick attempts: a scenario that should settle at once must not be
+/// rescued by retrying.
+fn config() -> WriterConfig {
+    WriterConfig {
+        queue_events_max: 1_000,
+        batch_events_max: 100,
+        batch_age_max: Duration::from_millis(20),
+        retry: RetryConfig {
+            backoff_initial: Duration::from_millis(5),
+            backoff_max: Duration::from_millis(20),
+            attempts_max: 3,
+        },
+    }
+}
+
+/// A newer server rejects an event for a reason this client does not know.
+/// The answer still settles the whole batch: the accepted events are
+/// delivered (and billed), the unknown one is counted under its wire code.
+async fn unknown_rejection_reason(postgres: bool) {
+    let (storage, _db) = storage(postgres).await;
+    let server = Server::start(&storage).await;
+    let admin = server.admin();
+    let tenant = Tenant::create(&admin, "acct-new-reason", 1_000).await;
+    let proxy = FaultProxy::start(server.address).await;
+    proxy.once("POST", "/v1/usage", 1, Fault::RewriteAnswer { from: "\"unknown_credential\"", to: "\"quota_frozen\"" });
+    let client = TollgateClient::new(ClientConfig::new(proxy.url(), Some(GATEWAY_TOKEN))).unwrap();
+    let (writer, losses) = http_writer(client, config());
+
+    for n in 0..5 {
+        writer.record(tenant.overage(&format!("ok-{n}"), 1)).unwrap();
+    }
+    let mut stranger = tenant.overage("stranger", 1);
+    stranger.credential_id = "no-such-credential".into();
+    writer.record(stranger).unwrap();
+    let stats = writer.shutdown(Duration::from_secs(30)).await.unwrap();
+
+    assert_eq!(proxy.faults().len(), 1, "the answer was rewritten");
+    assert_accounted(&stats);
+    assert_eq!(stats.accepted, Tally { events: 5, units: 5 }, "{stats:#?}");
+    assert_eq!(stats.rejected.get("quota_frozen"), Some(&Tally { events: 1, units: 1 }), "{stats:#?}");
+    assert_eq!((stats.lost_total(), stats.attempts), (Tally::default(), 1), "{stats:#?}");
+    assert!(losses.lock().unwrap().is_empty());
+    assert_ledger(&admin, &tenant.account_id, &stats).await;
+}
+
+#[tokio::test]
+async fn memory_unknown_rejection_reason_settles_the_batch() {
+    unknown_rejection_reason(false).await;
+}
+
+#[tokio::test]
+async fn postgres_unknown_rejection_reason_settles_the_batch() {
+    unknown_rejection_reason(true).await;
+}
