@@ -29,7 +29,7 @@ use tollgate_api::{
 use tollgate_core::{BATCH_EVENTS_MAX, EventOutcome, IngestError, Outcome, RejectReason, Secret, UsageEvent};
 use tollgate_store::UsageSink;
 
-use crate::writer::{Settled, SettledOutcome};
+use crate::writer::{Failure, Settled, SettledOutcome};
 
 /// Where the server is, how to authenticate, and how long to wait.
 #[derive(Debug, Clone)]
@@ -178,14 +178,16 @@ impl ClientError {
                 message: error.message,
                 retryable: error.retryable,
             },
-            // Not Tollgate's body: a proxy or load balancer answered. Its 5xx
-            // and 429 are worth retrying; anything else will not change.
+            // Not Tollgate's body: a proxy or load balancer answered. Its 5xx,
+            // 408 and 429 are worth retrying; anything else will not change.
             Err(_) => Self {
                 kind: ClientErrorKind::InvalidResponse,
                 status: Some(status.as_u16()),
                 code: "invalid_response".into(),
                 message: format!("HTTP {status} without an error body: {}", snippet(body)),
-                retryable: status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS,
+                retryable: status.is_server_error()
+                    || status == StatusCode::TOO_MANY_REQUESTS
+                    || status == StatusCode::REQUEST_TIMEOUT,
             },
         }
     }
@@ -555,15 +557,31 @@ impl UsageSink for TollgateClient {
 impl TollgateClient {
     /// `POST /v1/usage` for the writer over HTTP: every outcome of a `200`
     /// answer, unknown rejection reasons by their wire code.
-    pub(crate) async fn ingest_settled(&self, batch: &[UsageEvent]) -> Result<Vec<Settled>, IngestError> {
+    pub(crate) async fn ingest_settled(&self, batch: &[UsageEvent]) -> Result<Vec<Settled>, Failure> {
         match self.send_usage(batch).await {
             Ok(response) => Ok(settled_of(response.outcomes)),
-            Err(error) => Err(ingest_error_of(&error, batch.len())),
+            Err(error) => Err(failure_of(&error, batch.len())),
         }
     }
 }
 
-/// The most distinct unknown rejection codes kept by name per process; more
+/// How the writer over HTTP classifies a failed `POST /v1/usage`: as the
+/// store contract does (`ingest_error_of`), except that a refusal the answer
+/// marks not retryable (400, 401, 403, 404, …) is lost at once instead of
+/// retried; see the table in `docs/client.md`.
+pub(crate) fn failure_of(error: &ClientError, events: usize) -> Failure {
+    let ingest = ingest_error_of(error, events);
+    let refused_outright =
+        ingest.retryable() && !error.retryable && error.status.is_some_and(|status| (400..500).contains(&status));
+    if refused_outright {
+        Failure::Refused { code: intern_code(error.code()).unwrap_or("request_refused"), message: error.to_string() }
+    } else {
+        Failure::Ingest(ingest)
+    }
+}
+
+/// The most distinct unknown codes (rejection reasons, and error codes of
+/// refused usage requests) kept by name per process; more
 /// are counted under [`UNRECOGNISED_REASON`]. Codes are interned to fit the
 /// writer's `&'static str` keys, so this bounds what an odd server can make
 /// the process keep.
@@ -580,23 +598,29 @@ fn reason_code(code: &str) -> &'static str {
     if let Some(known) = RejectReason::parse(code) {
         return known.code();
     }
+    intern_code(code).unwrap_or(UNRECOGNISED_REASON)
+}
+
+/// `code` as a `&'static str` if it is a well-formed code and fewer than
+/// `UNKNOWN_CODES_MAX` distinct codes were interned before.
+fn intern_code(code: &str) -> Option<&'static str> {
     let well_formed = !code.is_empty()
         && code.len() <= UNKNOWN_CODE_BYTES_MAX
         && code.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
     if !well_formed {
-        return UNRECOGNISED_REASON;
+        return None;
     }
     static INTERNED: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
     let mut interned = INTERNED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Some(existing) = interned.iter().find(|existing| **existing == code) {
-        return existing;
+        return Some(existing);
     }
     if interned.len() >= UNKNOWN_CODES_MAX {
-        return UNRECOGNISED_REASON;
+        return None;
     }
     let leaked: &'static str = Box::leak(code.to_owned().into_boxed_str());
     interned.push(leaked);
-    leaked
+    Some(leaked)
 }
 
 /// Reads every outcome of a `200` answer. The server applied the batch and
@@ -754,6 +778,37 @@ mod tests {
             assert_eq!(mapped.code(), code, "{error}");
             assert!(mapped.retryable(), "{error}");
             assert!(mapped.to_string().contains(error.code()), "the cause stays visible: {mapped}");
+        }
+    }
+
+    #[test]
+    fn the_writer_over_http_follows_retryable() {
+        let refused = |error: ClientError| match failure_of(&error, 3) {
+            Failure::Refused { code, .. } => Some(code),
+            Failure::Ingest(_) => None,
+        };
+        for (error, code) in [
+            (api(400, "invalid_body", "bad", false), "invalid_body"),
+            (api(401, "unauthorized", "bad token", false), "unauthorized"),
+            (api(403, "forbidden", "admin token", false), "forbidden"),
+            (api(404, "not_found", "no route", false), "not_found"),
+            (ClientError::of_response(StatusCode::NOT_FOUND, b"<html>"), "invalid_response"),
+        ] {
+            assert_eq!(refused(error.clone()), Some(code), "{error}");
+        }
+        for error in [
+            api(422, "batch_refused", "overflow billed", false),
+            api(413, "payload_too_large", "too big", false),
+            api(503, "storage_unavailable", "down", true),
+            api(500, "storage_corrupt", "bad row", true),
+            api(429, "too_many_requests", "slow down", true),
+            ClientError::of_response(StatusCode::REQUEST_TIMEOUT, b""),
+            ClientError::of_response(StatusCode::BAD_GATEWAY, b"<html>"),
+            ClientError::without_response(ClientErrorKind::Transport, "transport_failed", "reset".into()),
+            ClientError::without_response(ClientErrorKind::Timeout, "timeout", "slow".into()),
+        ] {
+            let Failure::Ingest(mapped) = failure_of(&error, 3) else { panic!("{error} is not refused outright") };
+            assert_eq!(mapped, ingest_error_of(&error, 3), "{error}");
         }
     }
 

@@ -63,6 +63,11 @@ pub enum LossReason {
     /// The sink said the batch is too large (`IngestError::BatchTooLarge`, HTTP
     /// 413). Never retried.
     BatchTooLarge,
+    /// The server (or a proxy in front of it) refused the request itself, not
+    /// retryably: HTTP 400, 401, 403, 404 and any other 4xx but 408, 413, 422
+    /// and 429. Resending the unchanged request cannot succeed, so it is never
+    /// retried; `error_code` holds the answer's code (`unauthorized`, …).
+    RequestRefused,
     /// Every attempt the retry policy allows failed retryably.
     RetriesExhausted,
     /// `shutdown`'s deadline passed before the events were delivered.
@@ -70,9 +75,10 @@ pub enum LossReason {
 }
 
 impl LossReason {
-    pub const ALL: [LossReason; 4] = [
+    pub const ALL: [LossReason; 5] = [
         LossReason::BatchRefused,
         LossReason::BatchTooLarge,
+        LossReason::RequestRefused,
         LossReason::RetriesExhausted,
         LossReason::ShutdownDeadline,
     ];
@@ -81,6 +87,7 @@ impl LossReason {
         match self {
             LossReason::BatchRefused => "batch_refused",
             LossReason::BatchTooLarge => "batch_too_large",
+            LossReason::RequestRefused => "request_refused",
             LossReason::RetriesExhausted => "retries_exhausted",
             LossReason::ShutdownDeadline => "shutdown_deadline",
         }

@@ -90,7 +90,10 @@ pub struct WriterStopped;
 /// **Never retried.** `IngestError::Refused` (HTTP 422: accepting the batch
 /// would overflow a counter) is terminal for the unchanged batch and
 /// `IngestError::BatchTooLarge` (HTTP 413) cannot succeed either: the batch goes
-/// straight to loss reporting, once.
+/// straight to loss reporting, once. A writer built with
+/// [`over_http`](Self::over_http) also loses at once, as `request_refused`, a
+/// request the server refuses and marks not retryable (400, 401, 403, 404);
+/// the full table is in `docs/client.md`.
 ///
 /// **Accounting.** Every recorded event ends in exactly one of accepted,
 /// duplicate, rejected (by reason) or lost (by reason); see [`WriterStats`].
@@ -354,7 +357,7 @@ struct Worker {
 
 /// How one attempt ended.
 enum Attempt {
-    Answered(Result<Vec<Settled>, IngestError>),
+    Answered(Result<Vec<Settled>, Failure>),
     /// The shutdown deadline passed while the sink call was in flight.
     CutOff,
 }
@@ -422,7 +425,9 @@ impl Worker {
             attempts += 1;
             self.shared.lock().stats.attempts += 1;
             let answer = match self.attempt(&batch, &mut deadline).await {
-                Attempt::Answered(answer) => answer.and_then(|outcomes| check_outcomes(&batch, outcomes)),
+                Attempt::Answered(answer) => {
+                    answer.and_then(|outcomes| check_outcomes(&batch, outcomes).map_err(Failure::Ingest))
+                }
                 Attempt::CutOff => {
                     let message = "shutdown deadline passed while the batch was in flight".to_owned();
                     return self.lose(batch, LossReason::ShutdownDeadline, None, message, attempts, true);
@@ -430,7 +435,10 @@ impl Worker {
             };
             let error = match answer {
                 Ok(outcomes) => return self.settle(&batch, &outcomes, ambiguous),
-                Err(error) => error,
+                Err(Failure::Refused { code, message }) => {
+                    return self.lose(batch, LossReason::RequestRefused, Some(code), message, attempts, ambiguous);
+                }
+                Err(Failure::Ingest(error)) => error,
             };
             if let Some(reason) = LossReason::of_terminal(&error) {
                 return self.lose(batch, reason, Some(error.code()), error.to_string(), attempts, ambiguous);
@@ -457,15 +465,17 @@ impl Worker {
         let now = (self.clock)();
         let mut call = tokio::spawn(async move {
             match sink {
-                Destination::Sink(sink) => {
-                    sink.ingest(events, now).await.map(|outcomes| outcomes.into_iter().map(Settled::from).collect())
-                }
+                Destination::Sink(sink) => sink
+                    .ingest(events, now)
+                    .await
+                    .map(|outcomes| outcomes.into_iter().map(Settled::from).collect())
+                    .map_err(Failure::Ingest),
                 Destination::Http(client) => client.ingest_settled(&events).await,
             }
         });
         tokio::select! {
             joined = &mut call => Attempt::Answered(joined.unwrap_or_else(|join_error| {
-                Err(IngestError::Unavailable(format!("the usage sink failed: {join_error}")))
+                Err(Failure::Ingest(IngestError::Unavailable(format!("the usage sink failed: {join_error}"))))
             })),
             () = deadline_passed(deadline) => {
                 call.abort();
@@ -523,6 +533,14 @@ impl Worker {
         }
         self.settled.send_replace(settled);
     }
+}
+
+/// Why an attempt failed: an error of the store contract, or (over HTTP only)
+/// a request the server refused outright, which no retry can change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Failure {
+    Ingest(IngestError),
+    Refused { code: &'static str, message: String },
 }
 
 /// One event's outcome as the writer counts it: a rejection by its code, so

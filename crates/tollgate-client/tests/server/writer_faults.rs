@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use tollgate_client::{ClientConfig, RetryConfig, Tally, TollgateClient, WriterConfig};
+use tollgate_client::{ClientConfig, LossReason, RetryConfig, Tally, TollgateClient, WriterConfig};
 
 use crate::faults::{Fault, FaultProxy, storage};
 use crate::support::{GATEWAY_TOKEN, Server, Tenant, assert_accounted, assert_ledger, http_writer};
@@ -62,4 +62,48 @@ async fn memory_unknown_rejection_reason_settles_the_batch() {
 #[tokio::test]
 async fn postgres_unknown_rejection_reason_settles_the_batch() {
     unknown_rejection_reason(true).await;
+}
+
+/// A request the server refuses outright (here a wrong token, 401, or a base
+/// URL with a wrong path, 404) is lost once, on its first attempt,
+/// with the answer's code, and flagged as not applied.
+async fn refused_request_is_lost_once(postgres: bool) {
+    let (storage, _db) = storage(postgres).await;
+    let server = Server::start(&storage).await;
+    let admin = server.admin();
+    let tenant = Tenant::create(&admin, "acct-refused", 1_000).await;
+    let wrong_path = format!("{}/nowhere", server.url());
+    for (base_url, token, status_code) in
+        [(server.url(), "not-the-token", "unauthorized"), (wrong_path, GATEWAY_TOKEN, "not_found")]
+    {
+        let client = TollgateClient::new(ClientConfig::new(base_url, Some(token))).unwrap();
+        let (writer, losses) = http_writer(client, config());
+        for n in 0..4 {
+            writer.record(tenant.overage(&format!("{status_code}-{n}"), 2)).unwrap();
+        }
+        let stats = writer.shutdown(Duration::from_secs(30)).await.unwrap();
+        assert_accounted(&stats);
+        assert_eq!(stats.attempts, 1, "never retried: {stats:#?}");
+        assert_eq!(stats.lost.get(&LossReason::RequestRefused), Some(&Tally { events: 4, units: 8 }), "{stats:#?}");
+        let losses = losses.lock().unwrap();
+        assert_eq!(losses.len(), 1);
+        assert_eq!(
+            (losses[0].error_code, losses[0].attempts, losses[0].maybe_applied),
+            (Some(status_code), 1, false),
+            "{:#?}",
+            losses[0]
+        );
+    }
+    let account = admin.account(&tenant.account_id).await.unwrap();
+    assert_eq!(account.billed, 0);
+}
+
+#[tokio::test]
+async fn memory_refused_request_is_lost_once() {
+    refused_request_is_lost_once(false).await;
+}
+
+#[tokio::test]
+async fn postgres_refused_request_is_lost_once() {
+    refused_request_is_lost_once(true).await;
 }
