@@ -571,6 +571,10 @@ impl TollgateClient {
 /// retried; see the table in `docs/client.md`.
 pub(crate) fn failure_of(error: &ClientError, events: usize) -> Failure {
     let ingest = ingest_error_of(error, events);
+    if let IngestError::BatchTooLarge { .. } = ingest {
+        let code = if error.kind == ClientErrorKind::Api { intern_code(error.code()) } else { None };
+        return Failure::TooLarge { code: code.unwrap_or("batch_too_large"), message: error.to_string() };
+    }
     let refused_outright =
         ingest.retryable() && !error.retryable && error.status.is_some_and(|status| (400..500).contains(&status));
     if refused_outright {
@@ -785,7 +789,7 @@ mod tests {
     fn the_writer_over_http_follows_retryable() {
         let refused = |error: ClientError| match failure_of(&error, 3) {
             Failure::Refused { code, .. } => Some(code),
-            Failure::Ingest(_) => None,
+            Failure::Ingest(_) | Failure::TooLarge { .. } => None,
         };
         for (error, code) in [
             (api(400, "invalid_body", "bad", false), "invalid_body"),
@@ -796,9 +800,16 @@ mod tests {
         ] {
             assert_eq!(refused(error.clone()), Some(code), "{error}");
         }
+        let too_large = failure_of(&api(413, "payload_too_large", "request body exceeds 16777216 bytes", false), 3);
+        assert_eq!(
+            too_large,
+            Failure::TooLarge {
+                code: "payload_too_large",
+                message: "payload_too_large (HTTP 413): request body exceeds 16777216 bytes".into()
+            }
+        );
         for error in [
             api(422, "batch_refused", "overflow billed", false),
-            api(413, "payload_too_large", "too big", false),
             api(503, "storage_unavailable", "down", true),
             api(500, "storage_corrupt", "bad row", true),
             api(429, "too_many_requests", "slow down", true),

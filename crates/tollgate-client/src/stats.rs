@@ -155,6 +155,9 @@ pub struct WriterStats {
     pub turned_away_full: u64,
     /// `record` calls turned away because the writer was shutting down.
     pub turned_away_closed: u64,
+    /// `record` calls turned away because a field was longer than the server
+    /// accepts (`RecordError::FieldTooLong`). Not part of `recorded` either.
+    pub turned_away_invalid: u64,
     /// Batches taken from the queue.
     pub batches: u64,
     /// Calls to the sink, retries included.

@@ -10,6 +10,7 @@ use jiff::Timestamp;
 use rand::Rng;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
+use tollgate_core::ids::ID_CHARS_MAX;
 use tollgate_core::{EventOutcome, IngestError, Outcome, UsageEvent};
 use tollgate_store::UsageSink;
 
@@ -36,6 +37,11 @@ pub enum RecordError {
     QueueFull { event: Box<UsageEvent>, queue_events_max: usize },
     #[error("the usage writer is shutting down; the event was not recorded")]
     Closed { event: Box<UsageEvent> },
+    /// A field is longer than the server ever accepts (`ID_CHARS_MAX`
+    /// characters). The server would reject the event anyway, and an
+    /// unbounded field could make its whole batch too large to send.
+    #[error("the event's {field} is longer than {max} characters; the event was not recorded")]
+    FieldTooLong { event: Box<UsageEvent>, field: &'static str, max: usize },
 }
 
 impl RecordError {
@@ -43,13 +49,16 @@ impl RecordError {
         match self {
             RecordError::QueueFull { .. } => "queue_full",
             RecordError::Closed { .. } => "writer_closed",
+            RecordError::FieldTooLong { .. } => "field_too_long",
         }
     }
 
     /// The event that was not recorded.
     pub fn into_event(self) -> UsageEvent {
         match self {
-            RecordError::QueueFull { event, .. } | RecordError::Closed { event } => *event,
+            RecordError::QueueFull { event, .. }
+            | RecordError::Closed { event }
+            | RecordError::FieldTooLong { event, .. } => *event,
         }
     }
 }
@@ -197,6 +206,10 @@ impl UsageWriter {
     /// Queues `event` without waiting. See the type's documentation for what
     /// happens when the queue is full.
     pub fn record(&self, event: UsageEvent) -> Result<(), RecordError> {
+        if let Some(field) = overlong_field(&event) {
+            self.handle.shared.lock().stats.turned_away_invalid += 1;
+            return Err(RecordError::FieldTooLong { event: Box::new(event), field, max: ID_CHARS_MAX });
+        }
         let shared = &self.handle.shared;
         let mut state = shared.lock();
         if state.closing {
@@ -404,9 +417,25 @@ impl Worker {
         }
     }
 
+    /// Delivers `batch`, halving it while the sink answers that it is too
+    /// large (HTTP 413): one event too many bytes, or a server with a smaller
+    /// body limit, must not lose the other events with it. The halves go in
+    /// order, so batches still settle in recording order; only a single event
+    /// that is too large is lost, as `batch_too_large`.
+    fn deliver(&self, batch: Vec<UsageEvent>) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            if let Err(TooLarge(mut batch)) = self.deliver_whole(batch).await {
+                let second = batch.split_off(batch.len() / 2);
+                self.deliver(batch).await;
+                self.deliver(second).await;
+            }
+        })
+    }
+
     /// Sends one batch until it is answered, refused, out of attempts or out of
-    /// time, and settles every event of it.
-    async fn deliver(&self, batch: Vec<UsageEvent>) {
+    /// time, and settles every event of it; or hands back a batch of more than
+    /// one event that the sink said is too large.
+    async fn deliver_whole(&self, batch: Vec<UsageEvent>) -> Result<(), TooLarge> {
         let retry = self.shared.config.retry;
         let mut deadline = self.shared.deadline.subscribe();
         let mut attempts: u32 = 0;
@@ -420,7 +449,8 @@ impl Worker {
                     None => "shutdown deadline passed before the batch was sent".to_owned(),
                 };
                 let code = last_error.as_ref().map(IngestError::code);
-                return self.lose(batch, LossReason::ShutdownDeadline, code, message, attempts, ambiguous);
+                self.lose(batch, LossReason::ShutdownDeadline, code, message, attempts, ambiguous);
+                return Ok(());
             }
             attempts += 1;
             self.shared.lock().stats.attempts += 1;
@@ -430,23 +460,39 @@ impl Worker {
                 }
                 Attempt::CutOff => {
                     let message = "shutdown deadline passed while the batch was in flight".to_owned();
-                    return self.lose(batch, LossReason::ShutdownDeadline, None, message, attempts, true);
+                    self.lose(batch, LossReason::ShutdownDeadline, None, message, attempts, true);
+                    return Ok(());
                 }
             };
             let error = match answer {
-                Ok(outcomes) => return self.settle(&batch, &outcomes, ambiguous),
+                Ok(outcomes) => {
+                    self.settle(&batch, &outcomes, ambiguous);
+                    return Ok(());
+                }
                 Err(Failure::Refused { code, message }) => {
-                    return self.lose(batch, LossReason::RequestRefused, Some(code), message, attempts, ambiguous);
+                    self.lose(batch, LossReason::RequestRefused, Some(code), message, attempts, ambiguous);
+                    return Ok(());
+                }
+                Err(Failure::TooLarge { .. } | Failure::Ingest(IngestError::BatchTooLarge { .. }))
+                    if batch.len() > 1 =>
+                {
+                    return Err(TooLarge(batch));
+                }
+                Err(Failure::TooLarge { code, message }) => {
+                    self.lose(batch, LossReason::BatchTooLarge, Some(code), message, attempts, ambiguous);
+                    return Ok(());
                 }
                 Err(Failure::Ingest(error)) => error,
             };
             if let Some(reason) = LossReason::of_terminal(&error) {
-                return self.lose(batch, reason, Some(error.code()), error.to_string(), attempts, ambiguous);
+                self.lose(batch, reason, Some(error.code()), error.to_string(), attempts, ambiguous);
+                return Ok(());
             }
             ambiguous = true;
             if attempts >= retry.attempts_max {
                 let message = format!("gave up after {attempts} attempts; the last failed with: {error}");
-                return self.lose(batch, LossReason::RetriesExhausted, Some(error.code()), message, attempts, true);
+                self.lose(batch, LossReason::RetriesExhausted, Some(error.code()), message, attempts, true);
+                return Ok(());
             }
             let pause = retry.backoff(attempts, |bound| rand::rng().random_range(0..=bound));
             last_error = Some(error);
@@ -535,13 +581,39 @@ impl Worker {
     }
 }
 
+/// The first identifier of `event` longer than any the server accepts. Only
+/// size is checked here; anything else the server judges per event.
+fn overlong_field(event: &UsageEvent) -> Option<&'static str> {
+    let too_long = |value: &str| value.len() > ID_CHARS_MAX && value.chars().count() > ID_CHARS_MAX;
+    [
+        ("request_id", Some(event.request_id.as_str())),
+        ("account_id", Some(event.account_id.as_str())),
+        ("credential_id", Some(event.credential_id.as_str())),
+        ("lease_id", event.lease_id.as_deref()),
+    ]
+    .into_iter()
+    .find_map(|(field, value)| value.filter(|value| too_long(value)).map(|_| field))
+}
+
 /// Why an attempt failed: an error of the store contract, or (over HTTP only)
 /// a request the server refused outright, which no retry can change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Failure {
     Ingest(IngestError),
-    Refused { code: &'static str, message: String },
+    Refused {
+        code: &'static str,
+        message: String,
+    },
+    /// HTTP 413 with the server's own code and message (`payload_too_large`
+    /// names the byte limit, not an event count).
+    TooLarge {
+        code: &'static str,
+        message: String,
+    },
 }
+
+/// A batch of more than one event that the sink said is too large.
+struct TooLarge(Vec<UsageEvent>);
 
 /// One event's outcome as the writer counts it: a rejection by its code, so
 /// that a reason this client does not know is still counted, under its name.

@@ -107,3 +107,81 @@ async fn memory_refused_request_is_lost_once() {
 async fn postgres_refused_request_is_lost_once() {
     refused_request_is_lost_once(true).await;
 }
+
+/// An event with a 17 MiB request id is turned away by `record`, with the
+/// event handed back; the 99 valid events of the same moment are delivered.
+async fn an_oversized_event_is_turned_away(postgres: bool) {
+    let (storage, _db) = storage(postgres).await;
+    let server = Server::start(&storage).await;
+    let admin = server.admin();
+    let tenant = Tenant::create(&admin, "acct-oversized", 1_000).await;
+    let (writer, losses) = http_writer(server.gateway(), config());
+    for n in 0..99 {
+        writer.record(tenant.overage(&format!("ok-{n}"), 1)).unwrap();
+    }
+    let huge = tenant.overage(&"r".repeat(17 * 1024 * 1024), 1);
+    let refused = writer.record(huge.clone()).unwrap_err();
+    assert_eq!(refused.code(), "field_too_long");
+    assert_eq!(refused.into_event(), huge);
+    let stats = writer.shutdown(Duration::from_secs(30)).await.unwrap();
+    assert_accounted(&stats);
+    assert_eq!((stats.accepted, stats.turned_away_invalid), (Tally { events: 99, units: 99 }, 1), "{stats:#?}");
+    assert!(losses.lock().unwrap().is_empty());
+    assert_ledger(&admin, &tenant.account_id, &stats).await;
+}
+
+/// A batch of valid-sized events whose body is still over the server's 16 MiB
+/// (escaped control characters take six bytes each) is answered 413; the
+/// writer halves it until the halves fit, so nobody's events are lost.
+async fn a_batch_over_the_body_limit_is_split(postgres: bool) {
+    let (storage, _db) = storage(postgres).await;
+    let server = Server::start(&storage).await;
+    let admin = server.admin();
+    let tenant = Tenant::create(&admin, "acct-split", 1_000).await;
+    let config = WriterConfig {
+        queue_events_max: 20_000,
+        batch_events_max: 10_000,
+        batch_age_max: Duration::from_secs(60),
+        ..config()
+    };
+    let (writer, losses) = http_writer(server.gateway(), config);
+    let control = "\u{1}".repeat(123);
+    let strangers = 8_000;
+    for n in 0..strangers {
+        let mut event = tenant.overage(&format!("{n:05}{control}"), 1);
+        event.credential_id = "\u{1}".repeat(128);
+        event.lease_id = Some("\u{1}".repeat(128));
+        event.fencing_token = Some(1);
+        writer.record(event).unwrap();
+    }
+    for n in 0..100 {
+        writer.record(tenant.overage(&format!("valid-{n}"), 1)).unwrap();
+    }
+    let stats = writer.shutdown(Duration::from_secs(120)).await.unwrap();
+    assert_accounted(&stats);
+    assert_eq!(stats.accepted, Tally { events: 100, units: 100 }, "{stats:#?}");
+    assert_eq!(stats.rejected_total(), Tally { events: strangers, units: u128::from(strangers) }, "{stats:#?}");
+    assert!(stats.batches == 1 && stats.attempts >= 3, "one batch, refused whole, then its halves: {stats:#?}");
+    assert!(losses.lock().unwrap().is_empty(), "{:#?}", losses.lock().unwrap().len());
+    assert_ledger(&admin, &tenant.account_id, &stats).await;
+}
+
+#[tokio::test]
+async fn memory_an_oversized_event_is_turned_away() {
+    an_oversized_event_is_turned_away(false).await;
+}
+
+#[tokio::test]
+async fn postgres_an_oversized_event_is_turned_away() {
+    an_oversized_event_is_turned_away(true).await;
+}
+
+#[tokio::test]
+async fn memory_a_batch_over_the_body_limit_is_split() {
+    a_batch_over_the_body_limit_is_split(false).await;
+}
+
+#[tokio::test]
+async fn postgres_a_batch_over_the_body_limit_is_split() {
+    a_batch_over_the_body_limit_is_split(true).await;
+}
