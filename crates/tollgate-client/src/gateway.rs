@@ -13,11 +13,11 @@
 //! billed.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tollgate_api::{LeaseBody, LeaseHandleBody, ReleaseResponse};
 use tollgate_core::{Secret, UsageEvent};
@@ -133,18 +133,25 @@ struct HeldLease {
     fencing_token: u64,
     granted: u64,
     spent: u64,
-    expires_at: Timestamp,
+    /// When the gateway renews it: `renew_margin` before expiry, or half
+    /// way through the granted TTL when the server granted less than twice
+    /// the margin (its `max_ttl` clamps what is asked for). Otherwise a short
+    /// grant would be due at once and every spend would renew it.
+    renew_at: Timestamp,
 }
 
 impl HeldLease {
-    fn from_body(body: LeaseBody) -> Self {
+    fn from_body(body: LeaseBody, now: Timestamp, renew_margin: SignedDuration) -> Self {
+        let granted_ttl = body.expires_at.duration_since(now);
+        let margin = renew_margin.min(granted_ttl / 2).max(SignedDuration::ZERO);
         Self {
+            // An expiry too early to subtract the margin from is due.
+            renew_at: body.expires_at.checked_sub(margin).unwrap_or(Timestamp::MIN),
             capability: Secret::new(body.capability.unwrap_or_default()),
             lease_id: body.lease_id,
             fencing_token: body.fencing_token,
             granted: body.granted,
             spent: 0,
-            expires_at: body.expires_at,
         }
     }
 
@@ -210,7 +217,9 @@ pub struct Gateway {
     /// One slot per account; the slot's async lock serialises spends and
     /// settlements of that account's lease, never of other accounts.
     slots: Mutex<HashMap<String, Slot>>,
-    closed: AtomicBool,
+    /// Set by `shutdown`; spends and renewals in progress stop at their next
+    /// wait.
+    closing: watch::Sender<bool>,
 }
 
 impl Gateway {
@@ -228,11 +237,24 @@ impl Gateway {
         clock: Clock,
     ) -> Result<Self, GatewayConfigError> {
         config.validate()?;
-        Ok(Self { client, writer, config, clock, slots: Mutex::new(HashMap::new()), closed: AtomicBool::new(false) })
+        Ok(Self {
+            client,
+            writer,
+            config,
+            clock,
+            slots: Mutex::new(HashMap::new()),
+            closing: watch::Sender::new(false),
+        })
     }
 
     pub fn writer(&self) -> &UsageWriter {
         &self.writer
+    }
+
+    /// How many accounts the gateway keeps a slot for: those holding a lease
+    /// or a pending lease operation, and those in use right now.
+    pub fn accounts_tracked(&self) -> usize {
+        self.slots.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).len()
     }
 
     fn slot(&self, account_id: &str) -> Slot {
@@ -245,10 +267,9 @@ impl Gateway {
         slots.iter().map(|(account_id, slot)| (account_id.clone(), slot.clone())).collect()
     }
 
-    /// Whether `lease` is within `renew_margin` of its expiry at `now`. An
-    /// expiry too early to subtract the margin from is due.
+    /// Whether `lease` has reached its renewal point at `now`.
     fn is_due(&self, lease: &HeldLease, now: Timestamp) -> bool {
-        lease.expires_at.checked_sub(self.config.renew_margin).ok().is_none_or(|renew_at| renew_at <= now)
+        lease.renew_at <= now
     }
 
     /// Charges `spend` to the account's lease, getting, topping up or renewing
@@ -258,17 +279,42 @@ impl Gateway {
     /// A lease operation whose answer was not heard (see [`Pending`]) is asked
     /// again, under its idempotency key, before anything is spent; while the
     /// answer stays unclear every spend of the account fails.
+    ///
+    /// `shutdown` cuts a spend off wherever it waits (for the account, the
+    /// writer or the server); a lease operation it interrupts stays pending
+    /// and `shutdown` settles it.
     pub async fn spend(&self, spend: Spend) -> Result<SpendReceipt, SpendError> {
-        if self.closed.load(Ordering::Acquire) {
+        let mut closing = self.closing.subscribe();
+        if *closing.borrow_and_update() {
             return Err(SpendError::Closed);
         }
+        let account_id = spend.account_id.clone();
+        let result = tokio::select! {
+            result = self.spend_until_closed(spend) => result,
+            _ = closing.wait_for(|closed| *closed) => Err(SpendError::Closed),
+        };
+        self.forget_if_idle(&account_id);
+        result
+    }
+
+    /// Drops the account's slot when it holds nothing and nobody uses it, so
+    /// that the map does not grow with every account id ever passed. Clones
+    /// of a slot are only made under the map's lock, so none can appear
+    /// while this looks.
+    fn forget_if_idle(&self, account_id: &str) {
+        let mut slots = self.slots.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let idle = slots.get(account_id).is_some_and(|slot| {
+            Arc::strong_count(slot) == 1
+                && slot.try_lock().is_ok_and(|state| state.lease.is_none() && state.pending.is_none())
+        });
+        if idle {
+            slots.remove(account_id);
+        }
+    }
+
+    async fn spend_until_closed(&self, spend: Spend) -> Result<SpendReceipt, SpendError> {
         let slot = self.slot(&spend.account_id);
         let mut state = slot.lock().await;
-        // Checked again under the lock: `shutdown` may have released this
-        // account's lease while the spend waited for it.
-        if self.closed.load(Ordering::Acquire) {
-            return Err(SpendError::Closed);
-        }
         let account_id = spend.account_id.clone();
         let lease_error = |error| SpendError::Lease { account_id: account_id.clone(), error };
         self.resolve_pending(&spend.account_id, &mut state).await.map_err(lease_error)?;
@@ -325,7 +371,7 @@ impl Gateway {
         match answer {
             Ok(body) => {
                 state.pending = None;
-                state.lease = Some(HeldLease::from_body(body));
+                state.lease = Some(HeldLease::from_body(body, (self.clock)(), self.config.renew_margin));
                 Ok(())
             }
             Err(error) if is_definite_refusal(&error) => {
@@ -382,27 +428,40 @@ impl Gateway {
     pub async fn renew_due(&self) -> RenewReport {
         let mut report = RenewReport::default();
         for (account_id, slot) in self.all_slots() {
-            if self.closed.load(Ordering::Acquire) {
+            let mut closing = self.closing.subscribe();
+            if *closing.borrow_and_update() {
                 break;
             }
-            let mut state = slot.lock().await;
-            let had_pending = state.pending.is_some();
-            if let Err(error) = self.resolve_pending(&account_id, &mut state).await {
-                report.failed.push((account_id.clone(), SpendError::Lease { account_id, error }));
-                continue;
-            }
-            let now = (self.clock)();
-            let due = state.lease.as_ref().is_some_and(|lease| self.is_due(lease, now));
-            if !due {
-                report.renewed += usize::from(had_pending);
-                continue;
-            }
-            match self.settle_into_new(&account_id, &mut state, 0).await {
-                Ok(()) => report.renewed += 1,
+            let renewal = self.renew_account(&account_id, &slot);
+            let result = tokio::select! {
+                result = renewal => result,
+                _ = closing.wait_for(|closed| *closed) => break,
+            };
+            match result {
+                Ok(renewed) => report.renewed += usize::from(renewed),
                 Err(error) => report.failed.push((account_id, error)),
             }
         }
         report
+    }
+
+    /// `renew_due` for one account: whether a lease was renewed (or a pending
+    /// operation answered).
+    async fn renew_account(&self, account_id: &str, slot: &Slot) -> Result<bool, SpendError> {
+        {
+            let mut state = slot.lock().await;
+            let had_pending = state.pending.is_some();
+            self.resolve_pending(account_id, &mut state)
+                .await
+                .map_err(|error| SpendError::Lease { account_id: account_id.to_owned(), error })?;
+            let now = (self.clock)();
+            let due = state.lease.as_ref().is_some_and(|lease| self.is_due(lease, now));
+            if !due {
+                return Ok(had_pending);
+            }
+            self.settle_into_new(account_id, &mut state, 0).await?;
+            Ok(true)
+        }
     }
 
     /// Stops spending, delivers the recorded usage (within `timeout`, the rest
@@ -411,7 +470,7 @@ impl Gateway {
     /// units return to the account at once instead of after expiry. Every step
     /// is bounded by the one deadline.
     pub async fn shutdown(&self, timeout: Duration) -> Result<GatewayReport, WriterStopped> {
-        self.closed.store(true, Ordering::Release);
+        self.closing.send_replace(true);
         let deadline = Instant::now().checked_add(timeout);
         let writer = self.writer.shutdown(timeout).await?;
         let mut released = Vec::new();

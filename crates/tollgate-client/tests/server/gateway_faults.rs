@@ -172,6 +172,29 @@ async fn acquire_answer_lost(postgres: bool, fault: Fault) {
     rig.finish().await;
 }
 
+/// `shutdown` while a spend waits for a consolidation answer held back far
+/// longer than the shutdown's deadline: the spend is cut off, and shutdown
+/// settles the consolidation itself (asking again under its key) and
+/// releases the lease it granted, within its deadline.
+async fn shutdown_during_a_late_consolidation(postgres: bool) {
+    let mut rig = Rig::start(postgres, "acct-shutdown-late", 1_000, 30).await;
+    rig.spend_ok(30, 1).await;
+    rig.proxy.once("POST", CONSOLIDATE, 1, Fault::DelayAnswer(Duration::from_secs(120)));
+    let spend = rig.next_spend(1);
+    let (spent, report) = tokio::join!(rig.gateway.spend(spend), async {
+        while rig.proxy.faults().is_empty() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        rig.gateway.shutdown(Duration::from_secs(10)).await.expect("the writer ran to the end")
+    });
+    assert_eq!(spent, Err(SpendError::Closed));
+    assert!(report.unreleased.is_empty(), "{:#?}", report.unreleased);
+    assert_eq!(report.released.len(), 1, "the consolidated lease: {:#?}", report.released);
+    assert_accounted(&report.writer);
+    let account = rig.server.admin().account(&rig.tenant.account_id).await.unwrap();
+    assert_eq!((account.billed, account.active_leases, account.reserved), (rig.served, 0, 0), "{account:#?}");
+}
+
 macro_rules! on_both_stores {
     ($($name:ident => $scenario:expr;)*) => {
         mod memory {
@@ -192,4 +215,5 @@ on_both_stores! {
     renewal_abandoned_while_its_answer_is_late => renewal_abandoned;
     acquire_answer_dropped => |pg| acquire_answer_lost(pg, Fault::DropAnswer);
     acquire_connection_reset => |pg| acquire_answer_lost(pg, Fault::Reset);
+    shutdown_cuts_off_a_spend_and_settles_its_consolidation => shutdown_during_a_late_consolidation;
 }
