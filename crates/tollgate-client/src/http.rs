@@ -62,6 +62,11 @@ pub const MUTATION_ATTEMPTS_MAX: u32 = 20;
 /// The longest first backoff of a keyed mutating call.
 pub const MUTATION_BACKOFF_INITIAL_MAX: Duration = Duration::from_secs(10);
 
+/// The longest answer body the client reads. The largest documented answer,
+/// the outcomes of a full usage batch with the longest escaped request ids,
+/// is under 10 MiB; anything longer is not Tollgate's answer.
+pub const RESPONSE_BYTES_MAX: usize = 32 * 1024 * 1024;
+
 /// The header that names a mutating request for idempotent retries.
 const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
 
@@ -521,9 +526,23 @@ impl TollgateClient {
         if let Some(body) = body {
             request = request.json(body);
         }
-        let response = request.send().await.map_err(|e| ClientError::of_reqwest(&e))?;
+        let mut response = request.send().await.map_err(|e| ClientError::of_reqwest(&e))?;
         let status = response.status();
-        let bytes = response.bytes().await.map_err(|e| ClientError::of_reqwest(&e))?.to_vec();
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| ClientError::of_reqwest(&e))? {
+            if bytes.len() + chunk.len() > RESPONSE_BYTES_MAX {
+                return Err(ClientError {
+                    kind: ClientErrorKind::InvalidResponse,
+                    status: Some(status.as_u16()),
+                    code: "invalid_response".into(),
+                    message: format!("HTTP {status} answer is longer than {RESPONSE_BYTES_MAX} bytes"),
+                    // The request may have been applied; a retry (keyed, or
+                    // idempotent usage) is answered again.
+                    retryable: true,
+                });
+            }
+            bytes.extend_from_slice(&chunk);
+        }
         if status.is_success() { Ok((status, bytes)) } else { Err(ClientError::of_response(status, &bytes)) }
     }
 }

@@ -27,7 +27,8 @@ pub use gateway::{
 };
 pub use http::{
     ClientBuildError, ClientConfig, ClientError, ClientErrorKind, Credited, MUTATION_ATTEMPTS_MAX,
-    MUTATION_BACKOFF_INITIAL_MAX, TollgateClient, UNRECOGNISED_REASON, ingest_error_of, outcomes_of,
+    MUTATION_BACKOFF_INITIAL_MAX, RESPONSE_BYTES_MAX, TollgateClient, UNRECOGNISED_REASON, ingest_error_of,
+    outcomes_of,
 };
 pub use stats::{LossReason, LossReport, Tally, WriterStats};
 pub use writer::{Clock, LossCallback, RecordError, UsageWriter, WriterBuilder, WriterStopped};

@@ -116,8 +116,8 @@ impl std::fmt::Display for LossReason {
 pub struct LossReport {
     pub reason: LossReason,
     /// The stable code of the last error, e.g. `batch_refused` or
-    /// `storage_unavailable`; `None` when the deadline passed before any
-    /// attempt failed.
+    /// `storage_unavailable`; `shutdown_deadline` for a call cut off in
+    /// flight; `None` when the deadline passed before any attempt was made.
     pub error_code: Option<&'static str>,
     /// For people: the last error's message or what the deadline interrupted.
     pub message: String,

@@ -460,7 +460,8 @@ impl Worker {
                 }
                 Attempt::CutOff => {
                     let message = "shutdown deadline passed while the batch was in flight".to_owned();
-                    self.lose(batch, LossReason::ShutdownDeadline, None, message, attempts, true);
+                    let code = Some(LossReason::ShutdownDeadline.code());
+                    self.lose(batch, LossReason::ShutdownDeadline, code, message, attempts, true);
                     return Ok(());
                 }
             };
@@ -508,7 +509,15 @@ impl Worker {
     async fn attempt(&self, batch: &[UsageEvent], deadline: &mut watch::Receiver<Option<Instant>>) -> Attempt {
         let sink = self.sink.clone();
         let events = batch.to_vec();
-        let now = (self.clock)();
+        // A panicking clock fails this attempt, retryably, like a failing
+        // sink: the worker goes on and the batch ends in a counted bucket.
+        let now = match std::panic::catch_unwind(AssertUnwindSafe(|| (self.clock)())) {
+            Ok(now) => now,
+            Err(_) => {
+                let error = IngestError::Unavailable("the writer's clock panicked".into());
+                return Attempt::Answered(Err(Failure::Ingest(error)));
+            }
+        };
         let mut call = tokio::spawn(async move {
             match sink {
                 Destination::Sink(sink) => sink
