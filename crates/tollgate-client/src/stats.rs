@@ -220,7 +220,10 @@ mod tests {
     #[test]
     fn loss_reasons_have_stable_codes() {
         let codes: Vec<&str> = LossReason::ALL.iter().map(|r| r.code()).collect();
-        assert_eq!(codes, ["batch_refused", "batch_too_large", "retries_exhausted", "shutdown_deadline"]);
+        assert_eq!(
+            codes,
+            ["batch_refused", "batch_too_large", "request_refused", "retries_exhausted", "shutdown_deadline"]
+        );
         assert_eq!(
             LossReason::of_terminal(&IngestError::Refused { counter: "billed" }),
             Some(LossReason::BatchRefused)
