@@ -30,6 +30,8 @@ struct Rig {
     skew_s: Arc<AtomicI64>,
     served: u64,
     requests: u64,
+    /// Other accounts the gateway served, and the units served to each.
+    others: Vec<(String, u64)>,
     _db: Option<TestDb>,
 }
 
@@ -54,7 +56,7 @@ impl Rig {
             renew_margin: SignedDuration::from_mins(1),
         };
         let gateway = Gateway::with_clock(client, writer, config, clock).expect("gateway");
-        Rig { server, proxy, tenant, gateway, losses, skew_s, served: 0, requests: 0, _db: db }
+        Rig { server, proxy, tenant, gateway, losses, skew_s, served: 0, requests: 0, others: Vec::new(), _db: db }
     }
 
     fn next_spend(&mut self, units: u64) -> Spend {
@@ -96,8 +98,15 @@ impl Rig {
         let admin = self.server.admin();
         let account = admin.account(&self.tenant.account_id).await.unwrap();
         assert_eq!(account.billed, self.served, "served units are billed: {account:#?}\n{:#?}", report.writer);
-        assert_eq!(u128::from(account.billed), report.writer.delivered_units(), "{:#?}", report.writer);
         assert_eq!((account.active_leases, account.reserved), (0, 0), "no lease left active: {account:#?}");
+        let mut billed = u128::from(account.billed);
+        for (account_id, served) in &self.others {
+            let account = admin.account(account_id).await.unwrap();
+            assert_eq!(account.billed, *served, "served units are billed: {account:#?}");
+            assert_eq!((account.active_leases, account.reserved), (0, 0), "no lease left active: {account:#?}");
+            billed += u128::from(account.billed);
+        }
+        assert_eq!(billed, report.writer.delivered_units(), "{:#?}", report.writer);
         assert!(self.losses.lock().unwrap().is_empty(), "{:#?}", self.losses.lock().unwrap());
         let check = admin.check().await.unwrap();
         assert!(check.ok, "{check:#?}");
@@ -195,6 +204,30 @@ async fn shutdown_during_a_late_consolidation(postgres: bool) {
     assert_eq!((account.billed, account.active_leases, account.reserved), (rig.served, 0, 0), "{account:#?}");
 }
 
+/// Two accounts due for renewal, the first consolidation's answer lost:
+/// `renew_due` reports that account and renews the other regardless.
+async fn renewal_with_one_failing_account(postgres: bool) {
+    let mut rig = Rig::start(postgres, "acct-renew-a", 1_000, 30).await;
+    let other = Tenant::create(&rig.server.admin(), "acct-renew-b", 1_000).await;
+    rig.spend_ok(5, 1).await;
+    let other_spend = |n: u64| Spend {
+        account_id: other.account_id.clone(),
+        credential_id: other.credential_id.clone(),
+        request_id: format!("other-{n}"),
+        units: 1,
+    };
+    rig.gateway.spend(other_spend(0)).await.unwrap();
+    rig.proxy.once("POST", CONSOLIDATE, 1, Fault::DropAnswer);
+    rig.skew_s.store(SKEW_DUE_S, Ordering::Relaxed);
+    let renewals = rig.gateway.renew_due().await;
+    rig.skew_s.store(0, Ordering::Relaxed);
+    assert_eq!((renewals.renewed, renewals.failed.len()), (1, 1), "{renewals:?}");
+    rig.spend_ok(5, 1).await;
+    rig.gateway.spend(other_spend(1)).await.unwrap();
+    rig.others.push((other.account_id.clone(), 2));
+    rig.finish().await;
+}
+
 macro_rules! on_both_stores {
     ($($name:ident => $scenario:expr;)*) => {
         mod memory {
@@ -216,4 +249,5 @@ on_both_stores! {
     acquire_answer_dropped => |pg| acquire_answer_lost(pg, Fault::DropAnswer);
     acquire_connection_reset => |pg| acquire_answer_lost(pg, Fault::Reset);
     shutdown_cuts_off_a_spend_and_settles_its_consolidation => shutdown_during_a_late_consolidation;
+    renew_due_goes_on_past_a_failing_account => renewal_with_one_failing_account;
 }
