@@ -228,6 +228,29 @@ async fn renewal_with_one_failing_account(postgres: bool) {
     rig.finish().await;
 }
 
+/// Usage answers go astray in every way the proxy knows while the gateway
+/// spends: the writer retries each batch under the same request ids, the
+/// server answers the applied ones `duplicate`, and every unit is billed once.
+async fn usage_answers_lost(postgres: bool) {
+    let mut rig = Rig::start(postgres, "acct-usage-faults", 1_000, 50).await;
+    for (nth, fault) in [
+        (1, Fault::DropAnswer),
+        (2, Fault::TruncateAnswer),
+        (3, Fault::Reset),
+        (4, Fault::DelayAnswer(Duration::from_millis(200))),
+    ] {
+        rig.proxy.once("POST", "/v1/usage", nth, fault);
+    }
+    for _ in 0..8 {
+        rig.spend_ok(10, 1).await;
+        rig.gateway.writer().flush().await.unwrap();
+    }
+    assert_eq!(rig.proxy.faults().len(), 4, "{:?}", rig.proxy.faults());
+    let stats = rig.gateway.writer().stats();
+    assert!(stats.redelivered.events > 0, "the applied batches came back duplicate: {stats:#?}");
+    rig.finish().await;
+}
+
 macro_rules! on_both_stores {
     ($($name:ident => $scenario:expr;)*) => {
         mod memory {
@@ -250,4 +273,5 @@ on_both_stores! {
     acquire_connection_reset => |pg| acquire_answer_lost(pg, Fault::Reset);
     shutdown_cuts_off_a_spend_and_settles_its_consolidation => shutdown_during_a_late_consolidation;
     renew_due_goes_on_past_a_failing_account => renewal_with_one_failing_account;
+    usage_answers_dropped_truncated_reset_and_delayed => usage_answers_lost;
 }
