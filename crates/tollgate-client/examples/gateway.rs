@@ -56,7 +56,7 @@ async fn main() -> Result<(), AnyError> {
     // Loss reports go through a bounded channel to a task that logs them. The
     // callback runs on the writer's worker, so it only hands the report over.
     let (loss_tx, mut loss_rx) = tokio::sync::mpsc::channel::<LossReport>(1_024);
-    let writer = UsageWriter::builder(Arc::new(client.clone()), WriterConfig::default())
+    let writer = UsageWriter::over_http(client.clone(), WriterConfig::default())
         .on_loss(move |report| {
             if loss_tx.try_send(report.clone()).is_err() {
                 // The counters still hold it; only this log line is skipped.
@@ -86,8 +86,8 @@ async fn main() -> Result<(), AnyError> {
             let mut tick = tokio::time::interval(Duration::from_secs(15));
             loop {
                 tick.tick().await;
-                if let Err(error) = gateway.renew_due().await {
-                    eprintln!("lease renewal failed: {error}");
+                for (account_id, error) in gateway.renew_due().await.failed {
+                    eprintln!("lease renewal of {account_id} failed: {error}");
                 }
             }
         })

@@ -29,6 +29,8 @@ use tollgate_api::{
 use tollgate_core::{BATCH_EVENTS_MAX, EventOutcome, IngestError, Outcome, RejectReason, Secret, UsageEvent};
 use tollgate_store::UsageSink;
 
+use crate::writer::{Failure, Settled, SettledOutcome};
+
 /// Where the server is, how to authenticate, and how long to wait.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
@@ -60,12 +62,17 @@ pub const MUTATION_ATTEMPTS_MAX: u32 = 20;
 /// The longest first backoff of a keyed mutating call.
 pub const MUTATION_BACKOFF_INITIAL_MAX: Duration = Duration::from_secs(10);
 
+/// The longest answer body the client reads. The largest documented answer,
+/// the outcomes of a full usage batch with the longest escaped request ids,
+/// is under 10 MiB; anything longer is not Tollgate's answer.
+pub const RESPONSE_BYTES_MAX: usize = 32 * 1024 * 1024;
+
 /// The header that names a mutating request for idempotent retries.
 const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
 
 /// A fresh key: 256 random bits, so that nobody can guess it (it unseals the
 /// recorded answer on the server).
-fn new_idempotency_key() -> String {
+pub(crate) fn new_idempotency_key() -> String {
     rand::random::<[u8; 32]>().iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
@@ -176,14 +183,16 @@ impl ClientError {
                 message: error.message,
                 retryable: error.retryable,
             },
-            // Not Tollgate's body: a proxy or load balancer answered. Its 5xx
-            // and 429 are worth retrying; anything else will not change.
+            // Not Tollgate's body: a proxy or load balancer answered. Its 5xx,
+            // 408 and 429 are worth retrying; anything else will not change.
             Err(_) => Self {
                 kind: ClientErrorKind::InvalidResponse,
                 status: Some(status.as_u16()),
                 code: "invalid_response".into(),
                 message: format!("HTTP {status} without an error body: {}", snippet(body)),
-                retryable: status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS,
+                retryable: status.is_server_error()
+                    || status == StatusCode::TOO_MANY_REQUESTS
+                    || status == StatusCode::REQUEST_TIMEOUT,
             },
         }
     }
@@ -325,8 +334,20 @@ impl TollgateClient {
     /// `POST /v1/accounts/{account_id}/leases` (gateway): 201 with the lease
     /// and its capability, which is shown only here.
     pub async fn acquire(&self, account_id: &str, units: u64, ttl: SignedDuration) -> Result<LeaseBody, ClientError> {
+        self.acquire_keyed(&new_idempotency_key(), account_id, units, ttl).await
+    }
+
+    /// `acquire` under a key the caller keeps, so that it can ask again with
+    /// the same key after an unclear answer and learn what happened.
+    pub(crate) async fn acquire_keyed(
+        &self,
+        key: &str,
+        account_id: &str,
+        units: u64,
+        ttl: SignedDuration,
+    ) -> Result<LeaseBody, ClientError> {
         let body = AcquireRequest { units, ttl };
-        self.keyed(&["v1", "accounts", account_id, "leases"], Some(&body)).await
+        self.keyed_with(key, &["v1", "accounts", account_id, "leases"], Some(&body)).await
     }
 
     /// `GET /v1/leases/{lease_id}` (gateway), without the capability.
@@ -350,8 +371,20 @@ impl TollgateClient {
         extra_units: u64,
         ttl: SignedDuration,
     ) -> Result<ConsolidateResponse, ClientError> {
+        self.consolidate_keyed(&new_idempotency_key(), account_id, leases, extra_units, ttl).await
+    }
+
+    /// `consolidate` under a key the caller keeps; see `acquire_keyed`.
+    pub(crate) async fn consolidate_keyed(
+        &self,
+        key: &str,
+        account_id: &str,
+        leases: Vec<LeaseHandleBody>,
+        extra_units: u64,
+        ttl: SignedDuration,
+    ) -> Result<ConsolidateResponse, ClientError> {
         let body = ConsolidateRequest { leases, extra_units, ttl };
-        self.keyed(&["v1", "accounts", account_id, "leases", "consolidate"], Some(&body)).await
+        self.keyed_with(key, &["v1", "accounts", account_id, "leases", "consolidate"], Some(&body)).await
     }
 
     /// `POST /v1/usage` (gateway): one outcome per event, in input order.
@@ -416,11 +449,19 @@ impl TollgateClient {
         segments: &[&str],
         body: Option<&B>,
     ) -> Result<T, ClientError> {
-        let key = new_idempotency_key();
+        self.keyed_with(&new_idempotency_key(), segments, body).await
+    }
+
+    async fn keyed_with<B: Serialize, T: DeserializeOwned>(
+        &self,
+        key: &str,
+        segments: &[&str],
+        body: Option<&B>,
+    ) -> Result<T, ClientError> {
         let mut backoff = self.mutation_backoff_initial;
         let mut attempt = 1;
         loop {
-            match self.json_keyed(Method::POST, segments, body, Some(&key)).await {
+            match self.json_keyed(Method::POST, segments, body, Some(key)).await {
                 Err(error) if error.retryable() && attempt < self.mutation_attempts_max => {
                     tokio::time::sleep(backoff).await;
                     backoff = backoff.saturating_mul(2);
@@ -485,9 +526,23 @@ impl TollgateClient {
         if let Some(body) = body {
             request = request.json(body);
         }
-        let response = request.send().await.map_err(|e| ClientError::of_reqwest(&e))?;
+        let mut response = request.send().await.map_err(|e| ClientError::of_reqwest(&e))?;
         let status = response.status();
-        let bytes = response.bytes().await.map_err(|e| ClientError::of_reqwest(&e))?.to_vec();
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| ClientError::of_reqwest(&e))? {
+            if bytes.len() + chunk.len() > RESPONSE_BYTES_MAX {
+                return Err(ClientError {
+                    kind: ClientErrorKind::InvalidResponse,
+                    status: Some(status.as_u16()),
+                    code: "invalid_response".into(),
+                    message: format!("HTTP {status} answer is longer than {RESPONSE_BYTES_MAX} bytes"),
+                    // The request may have been applied; a retry (keyed, or
+                    // idempotent usage) is answered again.
+                    retryable: true,
+                });
+            }
+            bytes.extend_from_slice(&chunk);
+        }
         if status.is_success() { Ok((status, bytes)) } else { Err(ClientError::of_response(status, &bytes)) }
     }
 }
@@ -516,6 +571,98 @@ impl UsageSink for TollgateClient {
             Err(error) => Err(ingest_error_of(&error, batch.len())),
         }
     }
+}
+
+impl TollgateClient {
+    /// `POST /v1/usage` for the writer over HTTP: every outcome of a `200`
+    /// answer, unknown rejection reasons by their wire code.
+    pub(crate) async fn ingest_settled(&self, batch: &[UsageEvent]) -> Result<Vec<Settled>, Failure> {
+        match self.send_usage(batch).await {
+            Ok(response) => Ok(settled_of(response.outcomes)),
+            Err(error) => Err(failure_of(&error, batch.len())),
+        }
+    }
+}
+
+/// How the writer over HTTP classifies a failed `POST /v1/usage`: as the
+/// store contract does (`ingest_error_of`), except that a refusal the answer
+/// marks not retryable (400, 401, 403, 404, …) is lost at once instead of
+/// retried; see the table in `docs/client.md`.
+pub(crate) fn failure_of(error: &ClientError, events: usize) -> Failure {
+    let ingest = ingest_error_of(error, events);
+    if let IngestError::BatchTooLarge { .. } = ingest {
+        let code = if error.kind == ClientErrorKind::Api { intern_code(error.code()) } else { None };
+        return Failure::TooLarge { code: code.unwrap_or("batch_too_large"), message: error.to_string() };
+    }
+    let refused_outright =
+        ingest.retryable() && !error.retryable && error.status.is_some_and(|status| (400..500).contains(&status));
+    if refused_outright {
+        Failure::Refused { code: intern_code(error.code()).unwrap_or("request_refused"), message: error.to_string() }
+    } else {
+        Failure::Ingest(ingest)
+    }
+}
+
+/// The most distinct unknown codes (rejection reasons, and error codes of
+/// refused usage requests) kept by name per process; more
+/// are counted under [`UNRECOGNISED_REASON`]. Codes are interned to fit the
+/// writer's `&'static str` keys, so this bounds what an odd server can make
+/// the process keep.
+const UNKNOWN_CODES_MAX: usize = 64;
+/// The longest unknown code kept by name.
+const UNKNOWN_CODE_BYTES_MAX: usize = 64;
+/// An unknown rejection whose code is not kept by name (too many distinct
+/// codes, too long, or not a `snake_case` word), or a rejection without one.
+pub const UNRECOGNISED_REASON: &str = "unrecognised_reason";
+
+/// `code` as a `&'static str`: a known reason's own, an unknown one interned
+/// within the bounds above.
+fn reason_code(code: &str) -> &'static str {
+    if let Some(known) = RejectReason::parse(code) {
+        return known.code();
+    }
+    intern_code(code).unwrap_or(UNRECOGNISED_REASON)
+}
+
+/// `code` as a `&'static str` if it is a well-formed code and fewer than
+/// `UNKNOWN_CODES_MAX` distinct codes were interned before.
+fn intern_code(code: &str) -> Option<&'static str> {
+    let well_formed = !code.is_empty()
+        && code.len() <= UNKNOWN_CODE_BYTES_MAX
+        && code.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if !well_formed {
+        return None;
+    }
+    static INTERNED: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let mut interned = INTERNED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(existing) = interned.iter().find(|existing| **existing == code) {
+        return Some(existing);
+    }
+    if interned.len() >= UNKNOWN_CODES_MAX {
+        return None;
+    }
+    let leaked: &'static str = Box::leak(code.to_owned().into_boxed_str());
+    interned.push(leaked);
+    Some(leaked)
+}
+
+/// Reads every outcome of a `200` answer. The server applied the batch and
+/// said so per event: an event is billed only when it is `accepted` (or was
+/// before, `duplicate`), so any other answer, whatever its wording, is a
+/// rejection, counted under its code.
+fn settled_of(outcomes: Vec<OutcomeBody>) -> Vec<Settled> {
+    outcomes
+        .into_iter()
+        .map(|body| {
+            let outcome = match (body.outcome.as_str(), body.reason.as_deref()) {
+                ("accepted", _) => SettledOutcome::Accepted,
+                ("duplicate", _) => SettledOutcome::Duplicate,
+                ("rejected", Some(reason)) => SettledOutcome::Rejected(reason_code(reason)),
+                (_, _) => SettledOutcome::Rejected(UNRECOGNISED_REASON),
+            };
+            Settled { request_id: body.request_id, outcome }
+        })
+        .collect()
 }
 
 /// Counter names the stores refuse a batch for. `IngestError::Refused` holds a
@@ -658,6 +805,44 @@ mod tests {
     }
 
     #[test]
+    fn the_writer_over_http_follows_retryable() {
+        let refused = |error: ClientError| match failure_of(&error, 3) {
+            Failure::Refused { code, .. } => Some(code),
+            Failure::Ingest(_) | Failure::TooLarge { .. } => None,
+        };
+        for (error, code) in [
+            (api(400, "invalid_body", "bad", false), "invalid_body"),
+            (api(401, "unauthorized", "bad token", false), "unauthorized"),
+            (api(403, "forbidden", "admin token", false), "forbidden"),
+            (api(404, "not_found", "no route", false), "not_found"),
+            (ClientError::of_response(StatusCode::NOT_FOUND, b"<html>"), "invalid_response"),
+        ] {
+            assert_eq!(refused(error.clone()), Some(code), "{error}");
+        }
+        let too_large = failure_of(&api(413, "payload_too_large", "request body exceeds 16777216 bytes", false), 3);
+        assert_eq!(
+            too_large,
+            Failure::TooLarge {
+                code: "payload_too_large",
+                message: "payload_too_large (HTTP 413): request body exceeds 16777216 bytes".into()
+            }
+        );
+        for error in [
+            api(422, "batch_refused", "overflow billed", false),
+            api(503, "storage_unavailable", "down", true),
+            api(500, "storage_corrupt", "bad row", true),
+            api(429, "too_many_requests", "slow down", true),
+            ClientError::of_response(StatusCode::REQUEST_TIMEOUT, b""),
+            ClientError::of_response(StatusCode::BAD_GATEWAY, b"<html>"),
+            ClientError::without_response(ClientErrorKind::Transport, "transport_failed", "reset".into()),
+            ClientError::without_response(ClientErrorKind::Timeout, "timeout", "slow".into()),
+        ] {
+            let Failure::Ingest(mapped) = failure_of(&error, 3) else { panic!("{error} is not refused outright") };
+            assert_eq!(mapped, ingest_error_of(&error, 3), "{error}");
+        }
+    }
+
+    #[test]
     fn error_bodies_keep_code_message_retryable_and_status() {
         let body = br#"{"error":{"code":"insufficient_balance","message":"insufficient balance: 1 available, 2 requested","retryable":false}}"#;
         let error = ClientError::of_response(StatusCode::CONFLICT, body);
@@ -676,6 +861,44 @@ mod tests {
         assert!(!teapot.retryable);
         let throttled = ClientError::of_response(StatusCode::TOO_MANY_REQUESTS, b"");
         assert!(throttled.retryable);
+    }
+
+    #[test]
+    fn a_200_answer_settles_every_outcome_and_keeps_unknown_reasons_by_name() {
+        let wire = |outcome: &str, reason: Option<&str>| OutcomeBody {
+            request_id: "r".into(),
+            outcome: outcome.into(),
+            reason: reason.map(str::to_owned),
+        };
+        let long = "x".repeat(UNKNOWN_CODE_BYTES_MAX + 1);
+        let read: Vec<SettledOutcome> = settled_of(vec![
+            wire("accepted", None),
+            wire("duplicate", None),
+            wire("rejected", Some("fence_mismatch")),
+            wire("rejected", Some("quota_frozen")),
+            wire("rejected", Some("Not A Code")),
+            wire("rejected", Some(&long)),
+            wire("rejected", None),
+            wire("deferred", None),
+        ])
+        .into_iter()
+        .map(|settled| settled.outcome)
+        .collect();
+        assert_eq!(
+            read,
+            [
+                SettledOutcome::Accepted,
+                SettledOutcome::Duplicate,
+                SettledOutcome::Rejected("fence_mismatch"),
+                SettledOutcome::Rejected("quota_frozen"),
+                SettledOutcome::Rejected(UNRECOGNISED_REASON),
+                SettledOutcome::Rejected(UNRECOGNISED_REASON),
+                SettledOutcome::Rejected(UNRECOGNISED_REASON),
+                SettledOutcome::Rejected(UNRECOGNISED_REASON),
+            ]
+        );
+        // Interned once: the same name comes back as the same string.
+        assert!(std::ptr::eq(reason_code("quota_frozen"), reason_code("quota_frozen")));
     }
 
     #[test]

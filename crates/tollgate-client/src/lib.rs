@@ -22,10 +22,13 @@ pub use config::{
     ATTEMPTS_LIMIT, BACKOFF_INITIAL_LIMIT, BACKOFF_LIMIT, BACKOFF_MIN, BATCH_AGE_LIMIT, BATCH_AGE_MIN, ConfigError,
     QUEUE_EVENTS_LIMIT, RetryConfig, WriterConfig,
 };
-pub use gateway::{Gateway, GatewayConfig, GatewayConfigError, GatewayReport, Spend, SpendError, SpendReceipt};
+pub use gateway::{
+    Gateway, GatewayConfig, GatewayConfigError, GatewayReport, RenewReport, Spend, SpendError, SpendReceipt,
+};
 pub use http::{
     ClientBuildError, ClientConfig, ClientError, ClientErrorKind, Credited, MUTATION_ATTEMPTS_MAX,
-    MUTATION_BACKOFF_INITIAL_MAX, TollgateClient, ingest_error_of, outcomes_of,
+    MUTATION_BACKOFF_INITIAL_MAX, RESPONSE_BYTES_MAX, TollgateClient, UNRECOGNISED_REASON, ingest_error_of,
+    outcomes_of,
 };
 pub use stats::{LossReason, LossReport, Tally, WriterStats};
 pub use writer::{Clock, LossCallback, RecordError, UsageWriter, WriterBuilder, WriterStopped};

@@ -63,6 +63,11 @@ pub enum LossReason {
     /// The sink said the batch is too large (`IngestError::BatchTooLarge`, HTTP
     /// 413). Never retried.
     BatchTooLarge,
+    /// The server (or a proxy in front of it) refused the request itself, not
+    /// retryably: HTTP 400, 401, 403, 404 and any other 4xx but 408, 413, 422
+    /// and 429. Resending the unchanged request cannot succeed, so it is never
+    /// retried; `error_code` holds the answer's code (`unauthorized`, …).
+    RequestRefused,
     /// Every attempt the retry policy allows failed retryably.
     RetriesExhausted,
     /// `shutdown`'s deadline passed before the events were delivered.
@@ -70,9 +75,10 @@ pub enum LossReason {
 }
 
 impl LossReason {
-    pub const ALL: [LossReason; 4] = [
+    pub const ALL: [LossReason; 5] = [
         LossReason::BatchRefused,
         LossReason::BatchTooLarge,
+        LossReason::RequestRefused,
         LossReason::RetriesExhausted,
         LossReason::ShutdownDeadline,
     ];
@@ -81,6 +87,7 @@ impl LossReason {
         match self {
             LossReason::BatchRefused => "batch_refused",
             LossReason::BatchTooLarge => "batch_too_large",
+            LossReason::RequestRefused => "request_refused",
             LossReason::RetriesExhausted => "retries_exhausted",
             LossReason::ShutdownDeadline => "shutdown_deadline",
         }
@@ -109,8 +116,8 @@ impl std::fmt::Display for LossReason {
 pub struct LossReport {
     pub reason: LossReason,
     /// The stable code of the last error, e.g. `batch_refused` or
-    /// `storage_unavailable`; `None` when the deadline passed before any
-    /// attempt failed.
+    /// `storage_unavailable`; `shutdown_deadline` for a call cut off in
+    /// flight; `None` when the deadline passed before any attempt was made.
     pub error_code: Option<&'static str>,
     /// For people: the last error's message or what the deadline interrupted.
     pub message: String,
@@ -148,6 +155,9 @@ pub struct WriterStats {
     pub turned_away_full: u64,
     /// `record` calls turned away because the writer was shutting down.
     pub turned_away_closed: u64,
+    /// `record` calls turned away because a field was longer than the server
+    /// accepts (`RecordError::FieldTooLong`). Not part of `recorded` either.
+    pub turned_away_invalid: u64,
     /// Batches taken from the queue.
     pub batches: u64,
     /// Calls to the sink, retries included.
@@ -210,7 +220,10 @@ mod tests {
     #[test]
     fn loss_reasons_have_stable_codes() {
         let codes: Vec<&str> = LossReason::ALL.iter().map(|r| r.code()).collect();
-        assert_eq!(codes, ["batch_refused", "batch_too_large", "retries_exhausted", "shutdown_deadline"]);
+        assert_eq!(
+            codes,
+            ["batch_refused", "batch_too_large", "request_refused", "retries_exhausted", "shutdown_deadline"]
+        );
         assert_eq!(
             LossReason::of_terminal(&IngestError::Refused { counter: "billed" }),
             Some(LossReason::BatchRefused)

@@ -10,10 +10,12 @@ use jiff::Timestamp;
 use rand::Rng;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
+use tollgate_core::ids::ID_CHARS_MAX;
 use tollgate_core::{EventOutcome, IngestError, Outcome, UsageEvent};
 use tollgate_store::UsageSink;
 
 use crate::config::{ConfigError, WriterConfig};
+use crate::http::TollgateClient;
 use crate::stats::{LossReason, LossReport, Tally, WriterStats};
 
 /// Called once for every [`LossReport`], on the writer's worker task. It must
@@ -35,6 +37,11 @@ pub enum RecordError {
     QueueFull { event: Box<UsageEvent>, queue_events_max: usize },
     #[error("the usage writer is shutting down; the event was not recorded")]
     Closed { event: Box<UsageEvent> },
+    /// A field is longer than the server ever accepts (`ID_CHARS_MAX`
+    /// characters). The server would reject the event anyway, and an
+    /// unbounded field could make its whole batch too large to send.
+    #[error("the event's {field} is longer than {max} characters; the event was not recorded")]
+    FieldTooLong { event: Box<UsageEvent>, field: &'static str, max: usize },
 }
 
 impl RecordError {
@@ -42,13 +49,16 @@ impl RecordError {
         match self {
             RecordError::QueueFull { .. } => "queue_full",
             RecordError::Closed { .. } => "writer_closed",
+            RecordError::FieldTooLong { .. } => "field_too_long",
         }
     }
 
     /// The event that was not recorded.
     pub fn into_event(self) -> UsageEvent {
         match self {
-            RecordError::QueueFull { event, .. } | RecordError::Closed { event } => *event,
+            RecordError::QueueFull { event, .. }
+            | RecordError::Closed { event }
+            | RecordError::FieldTooLong { event, .. } => *event,
         }
     }
 }
@@ -89,7 +99,10 @@ pub struct WriterStopped;
 /// **Never retried.** `IngestError::Refused` (HTTP 422: accepting the batch
 /// would overflow a counter) is terminal for the unchanged batch and
 /// `IngestError::BatchTooLarge` (HTTP 413) cannot succeed either: the batch goes
-/// straight to loss reporting, once.
+/// straight to loss reporting, once. A writer built with
+/// [`over_http`](Self::over_http) also loses at once, as `request_refused`, a
+/// request the server refuses and marks not retryable (400, 401, 403, 404);
+/// the full table is in `docs/client.md`.
 ///
 /// **Accounting.** Every recorded event ends in exactly one of accepted,
 /// duplicate, rejected (by reason) or lost (by reason); see [`WriterStats`].
@@ -112,7 +125,7 @@ pub struct UsageWriter {
 
 /// Builds a [`UsageWriter`] with optional loss callback and clock.
 pub struct WriterBuilder {
-    sink: Arc<dyn UsageSink>,
+    sink: Destination,
     config: WriterConfig,
     on_loss: Option<LossCallback>,
     clock: Clock,
@@ -172,7 +185,18 @@ impl UsageWriter {
     }
 
     pub fn builder(sink: Arc<dyn UsageSink>, config: WriterConfig) -> WriterBuilder {
-        WriterBuilder { sink, config, on_loss: None, clock: Arc::new(Timestamp::now) }
+        WriterBuilder { sink: Destination::Sink(sink), config, on_loss: None, clock: Arc::new(Timestamp::now) }
+    }
+
+    /// A writer that delivers over HTTP with `client`. Unlike a writer over
+    /// `Arc::new(client)` as a [`UsageSink`], it reads a `200` answer's
+    /// outcomes as the server wrote them: a rejection reason this client does
+    /// not know (from a newer server) is counted under its wire code in
+    /// [`WriterStats::rejected`], and every other outcome of the batch is
+    /// settled with it. The `UsageSink` contract has no room for an unknown
+    /// reason, so through it such an answer is `Corrupt`.
+    pub fn over_http(client: TollgateClient, config: WriterConfig) -> WriterBuilder {
+        WriterBuilder { sink: Destination::Http(client), config, on_loss: None, clock: Arc::new(Timestamp::now) }
     }
 
     pub fn config(&self) -> &WriterConfig {
@@ -182,6 +206,10 @@ impl UsageWriter {
     /// Queues `event` without waiting. See the type's documentation for what
     /// happens when the queue is full.
     pub fn record(&self, event: UsageEvent) -> Result<(), RecordError> {
+        if let Some(field) = overlong_field(&event) {
+            self.handle.shared.lock().stats.turned_away_invalid += 1;
+            return Err(RecordError::FieldTooLong { event: Box::new(event), field, max: ID_CHARS_MAX });
+        }
         let shared = &self.handle.shared;
         let mut state = shared.lock();
         if state.closing {
@@ -324,9 +352,16 @@ impl State {
     }
 }
 
+/// Where batches go.
+#[derive(Clone)]
+enum Destination {
+    Sink(Arc<dyn UsageSink>),
+    Http(TollgateClient),
+}
+
 struct Worker {
     shared: Arc<Shared>,
-    sink: Arc<dyn UsageSink>,
+    sink: Destination,
     on_loss: Option<LossCallback>,
     clock: Clock,
     settled: watch::Sender<u64>,
@@ -335,7 +370,7 @@ struct Worker {
 
 /// How one attempt ended.
 enum Attempt {
-    Answered(Result<Vec<EventOutcome>, IngestError>),
+    Answered(Result<Vec<Settled>, Failure>),
     /// The shutdown deadline passed while the sink call was in flight.
     CutOff,
 }
@@ -382,9 +417,25 @@ impl Worker {
         }
     }
 
+    /// Delivers `batch`, halving it while the sink answers that it is too
+    /// large (HTTP 413): one event too many bytes, or a server with a smaller
+    /// body limit, must not lose the other events with it. The halves go in
+    /// order, so batches still settle in recording order; only a single event
+    /// that is too large is lost, as `batch_too_large`.
+    fn deliver(&self, batch: Vec<UsageEvent>) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            if let Err(TooLarge(mut batch)) = self.deliver_whole(batch).await {
+                let second = batch.split_off(batch.len() / 2);
+                self.deliver(batch).await;
+                self.deliver(second).await;
+            }
+        })
+    }
+
     /// Sends one batch until it is answered, refused, out of attempts or out of
-    /// time, and settles every event of it.
-    async fn deliver(&self, batch: Vec<UsageEvent>) {
+    /// time, and settles every event of it; or hands back a batch of more than
+    /// one event that the sink said is too large.
+    async fn deliver_whole(&self, batch: Vec<UsageEvent>) -> Result<(), TooLarge> {
         let retry = self.shared.config.retry;
         let mut deadline = self.shared.deadline.subscribe();
         let mut attempts: u32 = 0;
@@ -398,28 +449,51 @@ impl Worker {
                     None => "shutdown deadline passed before the batch was sent".to_owned(),
                 };
                 let code = last_error.as_ref().map(IngestError::code);
-                return self.lose(batch, LossReason::ShutdownDeadline, code, message, attempts, ambiguous);
+                self.lose(batch, LossReason::ShutdownDeadline, code, message, attempts, ambiguous);
+                return Ok(());
             }
             attempts += 1;
             self.shared.lock().stats.attempts += 1;
             let answer = match self.attempt(&batch, &mut deadline).await {
-                Attempt::Answered(answer) => answer.and_then(|outcomes| check_outcomes(&batch, outcomes)),
+                Attempt::Answered(answer) => {
+                    answer.and_then(|outcomes| check_outcomes(&batch, outcomes).map_err(Failure::Ingest))
+                }
                 Attempt::CutOff => {
                     let message = "shutdown deadline passed while the batch was in flight".to_owned();
-                    return self.lose(batch, LossReason::ShutdownDeadline, None, message, attempts, true);
+                    let code = Some(LossReason::ShutdownDeadline.code());
+                    self.lose(batch, LossReason::ShutdownDeadline, code, message, attempts, true);
+                    return Ok(());
                 }
             };
             let error = match answer {
-                Ok(outcomes) => return self.settle(&batch, &outcomes, ambiguous),
-                Err(error) => error,
+                Ok(outcomes) => {
+                    self.settle(&batch, &outcomes, ambiguous);
+                    return Ok(());
+                }
+                Err(Failure::Refused { code, message }) => {
+                    self.lose(batch, LossReason::RequestRefused, Some(code), message, attempts, ambiguous);
+                    return Ok(());
+                }
+                Err(Failure::TooLarge { .. } | Failure::Ingest(IngestError::BatchTooLarge { .. }))
+                    if batch.len() > 1 =>
+                {
+                    return Err(TooLarge(batch));
+                }
+                Err(Failure::TooLarge { code, message }) => {
+                    self.lose(batch, LossReason::BatchTooLarge, Some(code), message, attempts, ambiguous);
+                    return Ok(());
+                }
+                Err(Failure::Ingest(error)) => error,
             };
             if let Some(reason) = LossReason::of_terminal(&error) {
-                return self.lose(batch, reason, Some(error.code()), error.to_string(), attempts, ambiguous);
+                self.lose(batch, reason, Some(error.code()), error.to_string(), attempts, ambiguous);
+                return Ok(());
             }
             ambiguous = true;
             if attempts >= retry.attempts_max {
                 let message = format!("gave up after {attempts} attempts; the last failed with: {error}");
-                return self.lose(batch, LossReason::RetriesExhausted, Some(error.code()), message, attempts, true);
+                self.lose(batch, LossReason::RetriesExhausted, Some(error.code()), message, attempts, true);
+                return Ok(());
             }
             let pause = retry.backoff(attempts, |bound| rand::rng().random_range(0..=bound));
             last_error = Some(error);
@@ -435,11 +509,28 @@ impl Worker {
     async fn attempt(&self, batch: &[UsageEvent], deadline: &mut watch::Receiver<Option<Instant>>) -> Attempt {
         let sink = self.sink.clone();
         let events = batch.to_vec();
-        let now = (self.clock)();
-        let mut call = tokio::spawn(async move { sink.ingest(events, now).await });
+        // A panicking clock fails this attempt, retryably, like a failing
+        // sink: the worker goes on and the batch ends in a counted bucket.
+        let now = match std::panic::catch_unwind(AssertUnwindSafe(|| (self.clock)())) {
+            Ok(now) => now,
+            Err(_) => {
+                let error = IngestError::Unavailable("the writer's clock panicked".into());
+                return Attempt::Answered(Err(Failure::Ingest(error)));
+            }
+        };
+        let mut call = tokio::spawn(async move {
+            match sink {
+                Destination::Sink(sink) => sink
+                    .ingest(events, now)
+                    .await
+                    .map(|outcomes| outcomes.into_iter().map(Settled::from).collect())
+                    .map_err(Failure::Ingest),
+                Destination::Http(client) => client.ingest_settled(&events).await,
+            }
+        });
         tokio::select! {
             joined = &mut call => Attempt::Answered(joined.unwrap_or_else(|join_error| {
-                Err(IngestError::Unavailable(format!("the usage sink failed: {join_error}")))
+                Err(Failure::Ingest(IngestError::Unavailable(format!("the usage sink failed: {join_error}"))))
             })),
             () = deadline_passed(deadline) => {
                 call.abort();
@@ -448,22 +539,20 @@ impl Worker {
         }
     }
 
-    fn settle(&self, batch: &[UsageEvent], outcomes: &[EventOutcome], after_ambiguous: bool) {
+    fn settle(&self, batch: &[UsageEvent], outcomes: &[Settled], after_ambiguous: bool) {
         let settled = {
             let mut state = self.shared.lock();
             let stats = &mut state.stats;
             for (event, outcome) in batch.iter().zip(outcomes) {
                 match outcome.outcome {
-                    Outcome::Accepted => stats.accepted.add_event(event.units),
-                    Outcome::Duplicate => {
+                    SettledOutcome::Accepted => stats.accepted.add_event(event.units),
+                    SettledOutcome::Duplicate => {
                         stats.duplicate.add_event(event.units);
                         if after_ambiguous {
                             stats.redelivered.add_event(event.units);
                         }
                     }
-                    Outcome::Rejected(reason) => {
-                        stats.rejected.entry(reason.code()).or_default().add_event(event.units)
-                    }
+                    SettledOutcome::Rejected(code) => stats.rejected.entry(code).or_default().add_event(event.units),
                 }
             }
             stats.in_flight.remove(Tally::of(batch));
@@ -501,10 +590,70 @@ impl Worker {
     }
 }
 
+/// The first identifier of `event` longer than any the server accepts. Only
+/// size is checked here; anything else the server judges per event.
+fn overlong_field(event: &UsageEvent) -> Option<&'static str> {
+    let too_long = |value: &str| value.len() > ID_CHARS_MAX && value.chars().count() > ID_CHARS_MAX;
+    [
+        ("request_id", Some(event.request_id.as_str())),
+        ("account_id", Some(event.account_id.as_str())),
+        ("credential_id", Some(event.credential_id.as_str())),
+        ("lease_id", event.lease_id.as_deref()),
+    ]
+    .into_iter()
+    .find_map(|(field, value)| value.filter(|value| too_long(value)).map(|_| field))
+}
+
+/// Why an attempt failed: an error of the store contract, or (over HTTP only)
+/// a request the server refused outright, which no retry can change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Failure {
+    Ingest(IngestError),
+    Refused {
+        code: &'static str,
+        message: String,
+    },
+    /// HTTP 413 with the server's own code and message (`payload_too_large`
+    /// names the byte limit, not an event count).
+    TooLarge {
+        code: &'static str,
+        message: String,
+    },
+}
+
+/// A batch of more than one event that the sink said is too large.
+struct TooLarge(Vec<UsageEvent>);
+
+/// One event's outcome as the writer counts it: a rejection by its code, so
+/// that a reason this client does not know is still counted, under its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Settled {
+    pub(crate) request_id: String,
+    pub(crate) outcome: SettledOutcome,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SettledOutcome {
+    Accepted,
+    Duplicate,
+    Rejected(&'static str),
+}
+
+impl From<EventOutcome> for Settled {
+    fn from(outcome: EventOutcome) -> Self {
+        let settled = match outcome.outcome {
+            Outcome::Accepted => SettledOutcome::Accepted,
+            Outcome::Duplicate => SettledOutcome::Duplicate,
+            Outcome::Rejected(reason) => SettledOutcome::Rejected(reason.code()),
+        };
+        Settled { request_id: outcome.request_id, outcome: settled }
+    }
+}
+
 /// A sink must answer with one outcome per event, in order. Anything else is a
 /// broken answer that says nothing reliable about what was applied, so it is
 /// treated like corruption: retryable, with the batch possibly applied.
-fn check_outcomes(batch: &[UsageEvent], outcomes: Vec<EventOutcome>) -> Result<Vec<EventOutcome>, IngestError> {
+fn check_outcomes(batch: &[UsageEvent], outcomes: Vec<Settled>) -> Result<Vec<Settled>, IngestError> {
     if outcomes.len() != batch.len() {
         return Err(IngestError::Corrupt(format!(
             "the sink answered {} outcomes for {} events",
@@ -561,8 +710,8 @@ mod tests {
         }
     }
 
-    fn outcome(request_id: &str) -> EventOutcome {
-        EventOutcome { request_id: request_id.to_owned(), outcome: Outcome::Accepted }
+    fn outcome(request_id: &str) -> Settled {
+        Settled { request_id: request_id.to_owned(), outcome: SettledOutcome::Accepted }
     }
 
     #[test]

@@ -291,17 +291,34 @@ async fn scripted_faults_end_every_event_in_exactly_one_bucket() {
             lost_maybe_applied: false,
         },
         Case {
-            name: "batch too large: lost once, never retried",
+            name: "batch too large: halved, and the halves delivered",
             script: vec![Fault::Fail(IngestError::BatchTooLarge { events: 2, max: 1 })],
             otherwise: Fault::Pass,
             events: 2,
             batch_events_max: 2,
             attempts_max: 5,
-            accepted: 0,
+            accepted: 2,
             duplicate: 0,
             redelivered: 0,
-            lost: vec![(LossReason::BatchTooLarge, 2)],
-            calls: vec![2],
+            lost: vec![],
+            calls: vec![2, 1, 1],
+            lost_maybe_applied: false,
+        },
+        Case {
+            name: "one event too large: lost once, never retried, its neighbours delivered",
+            script: vec![
+                Fault::Fail(IngestError::BatchTooLarge { events: 3, max: 1 }),
+                Fault::Fail(IngestError::BatchTooLarge { events: 1, max: 1 }),
+            ],
+            otherwise: Fault::Pass,
+            events: 3,
+            batch_events_max: 3,
+            attempts_max: 5,
+            accepted: 2,
+            duplicate: 0,
+            redelivered: 0,
+            lost: vec![(LossReason::BatchTooLarge, 1)],
+            calls: vec![3, 1, 2],
             lost_maybe_applied: false,
         },
         Case {
@@ -568,7 +585,7 @@ async fn shutdown_cuts_off_a_call_that_never_answers() {
     let losses = losses.lock().unwrap().clone();
     assert_eq!(losses.len(), 1);
     assert!(losses[0].maybe_applied, "the abandoned call might have been applied");
-    assert_eq!(losses[0].error_code, None);
+    assert_eq!(losses[0].error_code, Some("shutdown_deadline"));
     // A flush waiting on the same events returns once they are settled as lost.
     assert_eq!(flush.await.unwrap().unwrap().lost_total(), tally(2, 7));
 }
@@ -622,6 +639,29 @@ async fn a_panicking_loss_subscriber_does_not_stop_the_writer() {
     assert_accounted(&stats);
     assert_eq!(stats.lost_for(LossReason::BatchRefused), tally(1, 1));
     assert_eq!(stats.accepted, tally(1, 2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_clock_fails_attempts_without_stopping_the_writer() {
+    let ledger = Ledger::new().await;
+    let sink = FaultySink::new(ledger.store.clone(), vec![], Fault::Pass);
+    let losses_tx: Arc<Mutex<Vec<LossReport>>> = Arc::new(Mutex::new(Vec::new()));
+    let collected = losses_tx.clone();
+    let writer = UsageWriter::builder(sink.clone(), config(10, 3))
+        .clock(|| panic!("clock bug"))
+        .on_loss(move |report| collected.lock().unwrap().push(report.clone()))
+        .spawn()
+        .unwrap();
+    writer.record(ledger.leased("r1", 2)).unwrap();
+    let stats = writer.flush().await.expect("the worker is still running");
+    assert_accounted(&stats);
+    assert_eq!((stats.lost_for(LossReason::RetriesExhausted), stats.attempts), (tally(1, 2), 3));
+    assert_eq!(losses_tx.lock().unwrap()[0].error_code, Some("storage_unavailable"));
+    // Still recording and still answering.
+    writer.record(ledger.leased("r2", 1)).unwrap();
+    let stats = writer.shutdown(Duration::from_secs(60)).await.unwrap();
+    assert_eq!(stats.lost_total(), tally(2, 3));
+    assert!(sink.calls().is_empty(), "no call without a clock reading");
 }
 
 #[tokio::test(start_paused = true)]

@@ -48,7 +48,8 @@ async fn a_gateway_spends_locally_renews_and_releases_with_exact_billing() {
         if n == 150 {
             // Nine and a half minutes on, both leases are within the margin.
             skew_s.store(570, Ordering::Relaxed);
-            assert_eq!(gateway.renew_due().await.unwrap(), 2);
+            let renewals = gateway.renew_due().await;
+            assert_eq!((renewals.renewed, renewals.failed.len()), (2, 0), "{renewals:?}");
             skew_s.store(0, Ordering::Relaxed);
         }
     }
@@ -122,4 +123,69 @@ async fn a_spend_beyond_the_balance_is_refused_and_nothing_is_recorded() {
     assert_eq!(report.writer.recorded, Tally { events: 2, units: 35 });
     let account = admin.account(&tenant.account_id).await.unwrap();
     assert_eq!((account.billed, account.available, account.reserved), (35, 15, 0));
+}
+
+/// The server grants two minutes where ten were asked for, less than twice
+/// the five-minute renew margin. The gateway renews such a lease half way
+/// through its TTL instead of at once, so one lease serves many spends.
+#[tokio::test]
+async fn a_lease_shorter_than_the_renew_margin_is_not_renewed_on_every_spend() {
+    let server = crate::support::Server::start_with(&Storage::Memory, "127.0.0.1:0", "PT2M").await;
+    let admin = server.admin();
+    let tenant = Tenant::create(&admin, "acct-short-ttl", 1_000).await;
+    let (writer, _) = writer(Arc::new(server.gateway()), writer_config(20));
+    let config = GatewayConfig {
+        lease_units: 100,
+        lease_ttl: SignedDuration::from_mins(10),
+        renew_margin: SignedDuration::from_mins(5),
+    };
+    let gateway = Gateway::new(server.gateway(), writer, config).unwrap();
+    let mut leases = std::collections::BTreeSet::new();
+    for n in 0..20 {
+        let spend = Spend {
+            account_id: tenant.account_id.clone(),
+            credential_id: tenant.credential_id.clone(),
+            request_id: format!("short-{n}"),
+            units: 1,
+        };
+        leases.insert(gateway.spend(spend).await.unwrap().lease_id);
+    }
+    assert_eq!(leases.len(), 1, "{leases:?}");
+    let report = gateway.shutdown(Duration::from_secs(30)).await.unwrap();
+    assert_accounted(&report.writer);
+    let account = admin.account(&tenant.account_id).await.unwrap();
+    assert_eq!((account.billed, account.active_leases), (20, 0));
+}
+
+/// Spends for accounts that do not exist (or hold nothing) leave no slot
+/// behind: the map holds only accounts with a lease.
+#[tokio::test]
+async fn slots_of_accounts_without_a_lease_are_forgotten() {
+    let server = Server::start(&Storage::Memory).await;
+    let tenant = Tenant::create(&server.admin(), "acct-slots", 1_000).await;
+    let (writer, _) = writer(Arc::new(server.gateway()), writer_config(20));
+    let gateway =
+        Gateway::new(server.gateway(), writer, GatewayConfig { lease_units: 10, ..GatewayConfig::default() }).unwrap();
+    for n in 0..50 {
+        let spend = Spend {
+            account_id: format!("acct-missing-{n}"),
+            credential_id: tenant.credential_id.clone(),
+            request_id: format!("missing-{n}"),
+            units: 1,
+        };
+        let refused = gateway.spend(spend).await.unwrap_err();
+        let SpendError::Lease { error, .. } = &refused else { panic!("{refused:?}") };
+        assert_eq!(error.status, Some(404), "{error}");
+    }
+    assert_eq!(gateway.accounts_tracked(), 0);
+    let spend = Spend {
+        account_id: tenant.account_id.clone(),
+        credential_id: tenant.credential_id.clone(),
+        request_id: "held".into(),
+        units: 1,
+    };
+    gateway.spend(spend).await.unwrap();
+    assert_eq!(gateway.accounts_tracked(), 1);
+    let report = gateway.shutdown(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(report.released.len(), 1);
 }

@@ -7,9 +7,12 @@
 //! `scripts/with-postgres cargo nextest run -p tollgate-client`. Without a
 //! database they fail and say how to get one.
 
+mod faults;
 mod gateway;
+mod gateway_faults;
 mod postgres;
 mod retries;
 mod routes;
 mod support;
 mod writer;
+mod writer_faults;

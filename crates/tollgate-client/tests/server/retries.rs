@@ -127,3 +127,32 @@ async fn retries_stop_at_the_configured_attempts() {
     let account = admin.account("acct-bound").await.unwrap();
     assert_eq!((account.reserved, account.active_leases), (10, 1), "three attempts, one effect");
 }
+
+/// A peer that answers with an endless body: the client stops reading at
+/// `RESPONSE_BYTES_MAX` with a typed error instead of buffering it all.
+#[tokio::test]
+async fn an_answer_longer_than_the_limit_is_refused_while_reading() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("binds");
+    let address = listener.local_addr().unwrap();
+    let written = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = written.clone();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let _ = read_request(&mut stream).await;
+        let body_bytes = 4 * tollgate_client::RESPONSE_BYTES_MAX;
+        let head = format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {body_bytes}\r\n\r\n");
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let chunk = vec![b' '; 64 * 1024];
+        while stream.write_all(&chunk).await.is_ok() {
+            counted.fetch_add(chunk.len(), Ordering::SeqCst);
+        }
+    });
+    let client = crate::support::client(&format!("http://{address}"), Some(GATEWAY_TOKEN));
+    let error = client.healthz().await.expect_err("the answer is too long");
+    assert_eq!(
+        (error.kind, error.code.as_str(), error.status),
+        (ClientErrorKind::InvalidResponse, "invalid_response", Some(200))
+    );
+    assert!(error.message.contains("longer than"), "{error}");
+    assert!(written.load(Ordering::SeqCst) < 4 * tollgate_client::RESPONSE_BYTES_MAX);
+}

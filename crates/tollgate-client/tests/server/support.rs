@@ -71,9 +71,14 @@ impl Server {
     /// Starts a server on `listen`, e.g. the address of a server that was
     /// killed, so that clients pointed at it reach the new one.
     pub async fn start_on(storage: &Storage, listen: &str) -> Server {
+        Server::start_with(storage, listen, "PT1H").await
+    }
+
+    /// As `start_on`, with the server's `--max-ttl`.
+    pub async fn start_with(storage: &Storage, listen: &str, max_ttl: &str) -> Server {
         let mut command = Command::new(tollgate_binary());
         command
-            .args(["serve", "--listen", listen, "--reclaim-grace", "PT30S", "--max-ttl", "PT1H"])
+            .args(["serve", "--listen", listen, "--reclaim-grace", "PT30S", "--max-ttl", max_ttl])
             .env("TOLLGATE_ADMIN_TOKEN", ADMIN_TOKEN)
             .env("TOLLGATE_GATEWAY_TOKEN", GATEWAY_TOKEN)
             // `scripts/with-postgres` exports DATABASE_URL; a memory server
@@ -147,6 +152,17 @@ pub fn writer(sink: Arc<dyn UsageSink>, config: WriterConfig) -> (UsageWriter, A
     let losses = Arc::new(Mutex::new(Vec::new()));
     let collected = losses.clone();
     let writer = UsageWriter::builder(sink, config)
+        .on_loss(move |report| collected.lock().unwrap().push(report.clone()))
+        .spawn()
+        .expect("a valid writer configuration");
+    (writer, losses)
+}
+
+/// As `writer`, delivering over HTTP with `client` (`UsageWriter::over_http`).
+pub fn http_writer(client: TollgateClient, config: WriterConfig) -> (UsageWriter, Arc<Mutex<Vec<LossReport>>>) {
+    let losses = Arc::new(Mutex::new(Vec::new()));
+    let collected = losses.clone();
+    let writer = UsageWriter::over_http(client, config)
         .on_loss(move |report| collected.lock().unwrap().push(report.clone()))
         .spawn()
         .expect("a valid writer configuration");
