@@ -28,7 +28,7 @@ use tokio::sync::Notify;
 use tollgate_core::UsageEvent;
 use tollgate_store::{Idempotency, IdempotencyKey, IssuedLease, Store};
 
-use crate::support::{Ledger, handle, leased, secs, ts};
+use crate::support::{Ledger, handle, leased, ledger, secs, ts};
 
 /// A store under test and what "clean" means for its backend.
 pub trait Harness: Sync {
@@ -203,21 +203,6 @@ async fn prepare<S: Store>(store: &S, name: &str, attempt: usize) -> Fixture {
     store.acquire(&account_id, 20, secs(1), then).await.expect("due lease acquired");
     let live = store.acquire(&account_id, 100, secs(600), now).await.expect("live lease acquired");
     Fixture { account_id, credential_id, live, now, attempt }
-}
-
-async fn ledger<S: Store>(store: &S, account_id: &str) -> Ledger {
-    let view = store.account(account_id).await.expect("account readable");
-    let a = view.account;
-    Ledger {
-        credited: a.credited,
-        available: a.available,
-        reserved: a.reserved,
-        consumed: a.consumed,
-        overage: a.overage,
-        billed: a.billed,
-        next_fence: a.next_fence,
-        active_leases: view.active_leases,
-    }
 }
 
 /// A waker that counts as one step every time the operation can make

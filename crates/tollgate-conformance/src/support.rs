@@ -54,12 +54,11 @@ impl Default for Ledger {
     }
 }
 
-/// The exact ledger check: every counter of `account_id` equals `expected`, and
-/// the store reports no violated equation for any account.
-pub async fn assert_ledger<S: Store>(store: &S, account_id: &str, expected: Ledger) {
+/// The counters of `account_id` as the store reports them.
+pub async fn ledger<S: Store>(store: &S, account_id: &str) -> Ledger {
     let view = store.account(account_id).await.expect("account readable");
     let a = &view.account;
-    let actual = Ledger {
+    Ledger {
         credited: a.credited,
         available: a.available,
         reserved: a.reserved,
@@ -68,7 +67,13 @@ pub async fn assert_ledger<S: Store>(store: &S, account_id: &str, expected: Ledg
         billed: a.billed,
         next_fence: a.next_fence,
         active_leases: view.active_leases,
-    };
+    }
+}
+
+/// The exact ledger check: every counter of `account_id` equals `expected`, and
+/// the store reports no violated equation for any account.
+pub async fn assert_ledger<S: Store>(store: &S, account_id: &str, expected: Ledger) {
+    let actual = ledger(store, account_id).await;
     assert_eq!(actual, expected, "ledger of {account_id}");
     // The equations, checked here from the expected values independently of the
     // store's own checker, then by the store's checker over its stored leases.
