@@ -16,7 +16,7 @@
 
 use std::io;
 use std::pin::{Pin, pin};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -123,22 +123,25 @@ async fn serve_connection(
     mut stopping: watch::Receiver<bool>,
     _permit: OwnedSemaphorePermit,
 ) {
-    let (phase, mut phase_changed) = watch::channel(Phase::Waiting { since: Instant::now() });
-    let phase = Arc::new(phase);
+    let phase = Arc::new(PhaseCell(Mutex::new(Phase::Waiting { since: Instant::now() })));
     let io = TokioIo::new(Watched { stream, phase: phase.clone() });
-    let service = Tracked { router, phase };
+    let service = Tracked { router, phase: phase.clone() };
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder.max_headers(HEADERS_MAX).max_header_size(HEAD_BYTES_MAX);
     let mut connection = pin!(builder.serve_connection(io, service));
     let mut asked_to_close = false;
+    // One timer, re-armed only when it fires: a phase change costs a store,
+    // not a wake-up of this loop. It is armed for the current phase's
+    // deadline, or sooner: a head whose first byte arrives after now cannot
+    // be due before now plus the header timeout. When it fires before the
+    // current phase's deadline, it moves on to that deadline.
+    let next_check = |current: Phase| {
+        let soonest_new = Instant::now() + limits.header_timeout.min(limits.idle_timeout);
+        current.deadline(limits).map_or(soonest_new, |deadline| deadline.min(soonest_new))
+    };
+    let expired = tokio::time::sleep_until(next_check(phase.get()));
+    let mut expired = pin!(expired);
     loop {
-        let deadline = phase_changed.borrow_and_update().deadline(limits);
-        let expired = async {
-            match deadline {
-                Some(deadline) => tokio::time::sleep_until(deadline).await,
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
             served = connection.as_mut() => {
                 if let Err(error) = served {
@@ -146,19 +149,15 @@ async fn serve_connection(
                 }
                 return;
             }
-            changed = phase_changed.changed() => {
-                // The sender lives as long as the connection; a closed channel
-                // cannot happen while it is polled, so there is nothing to do.
-                let _ = changed;
-            }
-            () = expired => {
+            () = expired.as_mut() => {
                 // The phase may have moved on since the deadline was read; only
                 // the current phase's own deadline closes the connection.
-                let current = *phase_changed.borrow();
+                let current = phase.get();
                 if current.deadline(limits).is_some_and(|deadline| deadline <= Instant::now()) {
                     tracing::debug!(phase = ?current, "closing a connection past its deadline");
                     return;
                 }
+                expired.as_mut().reset(next_check(current));
             }
             stopped = stopping.wait_for(|stop| *stop), if !asked_to_close => {
                 // An error means the accept loop is gone, which is also a stop.
@@ -176,7 +175,7 @@ async fn serve_connection(
 #[derive(Clone)]
 struct Tracked {
     router: Router,
-    phase: Arc<watch::Sender<Phase>>,
+    phase: Arc<PhaseCell>,
 }
 
 impl hyper::service::Service<hyper::Request<Incoming>> for Tracked {
@@ -199,19 +198,41 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Tracked {
 /// request at a time on a connection, so entering always starts from waiting
 /// or reading a head.
 struct ServingGuard {
-    phase: Arc<watch::Sender<Phase>>,
+    phase: Arc<PhaseCell>,
 }
 
 impl ServingGuard {
-    fn enter(phase: Arc<watch::Sender<Phase>>) -> Self {
-        phase.send_replace(Phase::Serving);
+    fn enter(phase: Arc<PhaseCell>) -> Self {
+        phase.set(Phase::Serving);
         Self { phase }
     }
 }
 
 impl Drop for ServingGuard {
     fn drop(&mut self) {
-        self.phase.send_replace(Phase::Waiting { since: Instant::now() });
+        self.phase.set(Phase::Waiting { since: Instant::now() });
+    }
+}
+
+/// A connection's current phase, shared by its stream, its service and its
+/// loop. Held only for a copy or a store.
+struct PhaseCell(Mutex<Phase>);
+
+impl PhaseCell {
+    fn get(&self) -> Phase {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn set(&self, phase: Phase) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = phase;
+    }
+
+    /// Moves a waiting connection to reading a head, from now.
+    fn first_byte(&self) {
+        let mut phase = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Phase::Waiting { .. } = *phase {
+            *phase = Phase::ReadingHead { since: Instant::now() };
+        }
     }
 }
 
@@ -219,7 +240,7 @@ impl Drop for ServingGuard {
 /// waits for a request: that starts the header timeout.
 struct Watched {
     stream: TcpStream,
-    phase: Arc<watch::Sender<Phase>>,
+    phase: Arc<PhaseCell>,
 }
 
 impl AsyncRead for Watched {
@@ -228,13 +249,7 @@ impl AsyncRead for Watched {
         let filled_before = buf.filled().len();
         let polled = Pin::new(&mut this.stream).poll_read(cx, buf);
         if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > filled_before {
-            this.phase.send_if_modified(|phase| match *phase {
-                Phase::Waiting { .. } => {
-                    *phase = Phase::ReadingHead { since: Instant::now() };
-                    true
-                }
-                Phase::ReadingHead { .. } | Phase::Serving => false,
-            });
+            this.phase.first_byte();
         }
         polled
     }
