@@ -1,5 +1,5 @@
 //! The operator's read-only inspection of stored rows that the 0015 guards
-//! forbid: seed 003's three queries, runnable before deploying 0015, after
+//! forbid: the three guard-inspection queries, runnable before deploying 0015, after
 //! 0016 has failed, and by `tollgate check` on every upgraded database.
 //!
 //! The queries only read. They run in one `REPEATABLE READ, READ ONLY`
@@ -16,16 +16,16 @@ use tollgate_store::GuardViolation;
 /// without their `LIMIT` list the rest.
 pub const GUARD_VIOLATIONS_PER_QUERY_MAX: i64 = 10_000;
 
-/// Seed 003's first query, with the row key and a stable order added.
+/// The first inspection query (negative units), with the row key and a stable order added.
 pub const USAGE_EVENTS_SQL: &str = "SELECT account_id, request_id, units, fencing_token \
      FROM tollgate_usage_events WHERE units < 0 OR fencing_token <= 0 \
      ORDER BY account_id, request_id LIMIT $1";
 
-/// Seed 003's second query, with a stable order added.
+/// The second inspection query, with a stable order added.
 pub const LEASES_SQL: &str = "SELECT lease_id, fencing_token FROM tollgate_leases \
      WHERE fencing_token <= 0 ORDER BY lease_id LIMIT $1";
 
-/// Seed 003's third query, with a stable order added.
+/// The third inspection query, with a stable order added.
 pub const ACCOUNTS_SQL: &str = "SELECT account_id, next_fence FROM tollgate_accounts \
      WHERE next_fence <= 0 ORDER BY account_id LIMIT $1";
 

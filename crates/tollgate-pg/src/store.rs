@@ -1419,7 +1419,7 @@ impl Store for Engine {
                 .execute(&mut *tx)
                 .await
                 .map_err(storage_error)?;
-            // Seed 003's inspection, in the same snapshot.
+            // The guard inspection (`inspect.rs`), in the same snapshot.
             let guard_violations = inspect::inspect_guards_in(&mut tx).await.map_err(storage_error)?;
             let mut report = CheckReport { guard_violations, ..CheckReport::default() };
             let mut after = String::new();
@@ -1510,7 +1510,7 @@ impl Store for Engine {
                     report.accounts_checked += 1;
                 }
             }
-            // Seed 000's inspection query, as written there.
+            // The legacy-bound readiness count: leases by state and by whether their expiry is an upper bound.
             let bounds: Vec<(String, bool, i64)> = sqlx::query_as(
                 "SELECT state, expiry_is_upper_bound, count(*) FROM tollgate_leases \
              GROUP BY state, expiry_is_upper_bound",

@@ -1,6 +1,6 @@
 //! Tollgate's HTTP service.
 //!
-//! [`router`] builds the whole HTTP surface (SPEC §4) over an [`AppState`]:
+//! [`router`] builds the whole HTTP surface (every route in `routes.rs`, documented in `docs/openapi.json`) over an [`AppState`]:
 //! a store, a clock, operator tokens and metrics. Handler tests call it
 //! directly with a `MemoryStore` and a [`ManualClock`]; the `tollgate` binary
 //! wraps it in [`serve`], which adds the reclaim worker and graceful shutdown.

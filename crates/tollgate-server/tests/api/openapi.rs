@@ -30,7 +30,7 @@ async fn served_openapi_matches_the_checked_in_document() {
         path.display()
     );
 
-    // Every route of SPEC §4 is in the document, with its method.
+    // Every route the router serves is in the document, with its method.
     let paths = &served["paths"];
     for (path, method) in [
         ("/v1/accounts", "post"),
