@@ -138,6 +138,9 @@ struct HeldLease {
     /// the margin (its `max_ttl` clamps what is asked for). Otherwise a short
     /// grant would be due at once and every spend would renew it.
     renew_at: Timestamp,
+    /// The writer's number of the last usage event recorded against this
+    /// lease (0 for none): what must be delivered before it is settled.
+    last_recorded: u64,
 }
 
 impl HeldLease {
@@ -152,6 +155,7 @@ impl HeldLease {
             fencing_token: body.fencing_token,
             granted: body.granted,
             spent: 0,
+            last_recorded: 0,
         }
     }
 
@@ -343,7 +347,7 @@ impl Gateway {
             lease_id: Some(lease.lease_id.clone()),
             fencing_token: Some(lease.fencing_token),
         };
-        self.writer.record(event)?;
+        lease.last_recorded = self.writer.record_numbered(event)?;
         lease.spent += spend.units;
         Ok(SpendReceipt {
             lease_id: lease.lease_id.clone(),
@@ -386,7 +390,8 @@ impl Gateway {
         }
     }
 
-    /// Flushes the held lease's usage, then consolidates it into a fresh lease
+    /// Delivers the usage recorded against the held lease (not what other
+    /// accounts recorded since), then consolidates it into a fresh lease
     /// with `extra_units` more. The lease leaves the slot before the request
     /// is sent, so that a lost answer or a dropped future can never leave a
     /// lease the server has settled in the slot. A fully spent lease with
@@ -400,7 +405,8 @@ impl Gateway {
         extra_units: u64,
     ) -> Result<(), SpendError> {
         let lease_error = |error| SpendError::Lease { account_id: account_id.to_owned(), error };
-        self.writer.flush().await?;
+        let last_recorded = state.lease.as_ref().map_or(0, |lease| lease.last_recorded);
+        self.writer.flush_through(last_recorded).await?;
         let lease = state.lease.take().expect("the caller checked that a lease is held");
         if lease.remaining() == 0 && extra_units == 0 {
             // Consolidating nothing into nothing is invalid; a fully spent

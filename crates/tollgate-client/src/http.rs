@@ -15,8 +15,7 @@
 
 use std::time::Duration;
 
-use async_trait::async_trait;
-use jiff::{SignedDuration, Timestamp};
+use jiff::SignedDuration;
 use reqwest::{Method, StatusCode, Url};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -26,8 +25,7 @@ use tollgate_api::{
     IssuedCredentialBody, LeaseBody, LeaseHandleBody, OutcomeBody, ReadyBody, ReclaimResponse, ReleaseRequest,
     ReleaseResponse, UsageEventBody, VerifyRequest, VerifyResponse,
 };
-use tollgate_core::{BATCH_EVENTS_MAX, EventOutcome, IngestError, Outcome, RejectReason, Secret, UsageEvent};
-use tollgate_store::UsageSink;
+use tollgate_core::{BATCH_EVENTS_MAX, IngestError, RejectReason, Secret, UsageEvent};
 
 use crate::writer::{Failure, Settled, SettledOutcome};
 
@@ -547,32 +545,6 @@ impl TollgateClient {
     }
 }
 
-/// The HTTP transport of the usage writer. `now` is ignored: the server reads
-/// its own clock.
-///
-/// | Response | `IngestError` | Writer |
-/// |---|---|---|
-/// | 200 | outcomes | settled |
-/// | 422 | `Refused` | lost once |
-/// | 413 | `BatchTooLarge` | lost once |
-/// | 503, connection failures, timeouts | `Unavailable` | retried |
-/// | 500 | `Corrupt` | retried |
-/// | any other status (401 bad token, 404 wrong URL, …) | `Unavailable` | retried, then lost as `retries_exhausted` with the code in the message |
-///
-/// A 200 whose outcomes cannot be read (an unknown outcome or rejection code
-/// from a newer server) is `Corrupt`, because the batch was applied but the
-/// writer cannot say how: retrying turns its accepted events into duplicates
-/// the writer counts as redelivered.
-#[async_trait]
-impl UsageSink for TollgateClient {
-    async fn ingest(&self, batch: Vec<UsageEvent>, _now: Timestamp) -> Result<Vec<EventOutcome>, IngestError> {
-        match self.send_usage(&batch).await {
-            Ok(response) => outcomes_of(response.outcomes),
-            Err(error) => Err(ingest_error_of(&error, batch.len())),
-        }
-    }
-}
-
 impl TollgateClient {
     /// `POST /v1/usage` for the writer over HTTP: every outcome of a `200`
     /// answer, unknown rejection reasons by their wire code.
@@ -681,8 +653,9 @@ const REFUSABLE_COUNTERS: [&str; 11] = [
     "billed",
 ];
 
-/// Maps a failed `POST /v1/usage` to the store contract's error.
-pub fn ingest_error_of(error: &ClientError, events: usize) -> IngestError {
+/// Maps a failed `POST /v1/usage` to the store contract's error, which
+/// `failure_of` refines.
+pub(crate) fn ingest_error_of(error: &ClientError, events: usize) -> IngestError {
     let described = || error.to_string();
     match (error.kind, error.status) {
         (ClientErrorKind::Api, Some(422)) => {
@@ -696,32 +669,6 @@ pub fn ingest_error_of(error: &ClientError, events: usize) -> IngestError {
         (_, Some(500)) => IngestError::Corrupt(described()),
         _ => IngestError::Unavailable(described()),
     }
-}
-
-/// Reads the outcomes of a 200 answer.
-pub fn outcomes_of(outcomes: Vec<OutcomeBody>) -> Result<Vec<EventOutcome>, IngestError> {
-    outcomes
-        .into_iter()
-        .map(|body| {
-            let outcome = match (body.outcome.as_str(), body.reason.as_deref()) {
-                ("accepted", _) => Outcome::Accepted,
-                ("duplicate", _) => Outcome::Duplicate,
-                ("rejected", Some(reason)) => Outcome::Rejected(RejectReason::parse(reason).ok_or_else(|| {
-                    IngestError::Corrupt(format!(
-                        "event {:?} was rejected for an unknown reason {reason:?}",
-                        body.request_id
-                    ))
-                })?),
-                (outcome, reason) => {
-                    return Err(IngestError::Corrupt(format!(
-                        "event {:?} has an unknown outcome {outcome:?} (reason {reason:?})",
-                        body.request_id
-                    )));
-                }
-            };
-            Ok(EventOutcome { request_id: body.request_id, outcome })
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -899,27 +846,6 @@ mod tests {
         );
         // Interned once: the same name comes back as the same string.
         assert!(std::ptr::eq(reason_code("quota_frozen"), reason_code("quota_frozen")));
-    }
-
-    #[test]
-    fn outcomes_are_read_strictly() {
-        let wire = |outcome: &str, reason: Option<&str>| OutcomeBody {
-            request_id: "r".into(),
-            outcome: outcome.into(),
-            reason: reason.map(str::to_owned),
-        };
-        let read = outcomes_of(vec![
-            wire("accepted", None),
-            wire("duplicate", None),
-            wire("rejected", Some("fence_mismatch")),
-        ])
-        .unwrap();
-        let kinds: Vec<Outcome> = read.into_iter().map(|o| o.outcome).collect();
-        assert_eq!(kinds, [Outcome::Accepted, Outcome::Duplicate, Outcome::Rejected(RejectReason::FenceMismatch)]);
-        for bad in [wire("rejected", Some("new_reason")), wire("rejected", None), wire("deferred", None)] {
-            let error = outcomes_of(vec![bad.clone()]).unwrap_err();
-            assert_eq!(error.code(), "storage_corrupt", "{bad:?}");
-        }
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //! - [`UsageWriter`]: a bounded, batching, retrying writer of usage events over
 //!   any [`UsageSink`](tollgate_store::UsageSink), with exact accounting of every
 //!   event it takes: accepted, duplicate, rejected or lost, never silently gone.
-//! - [`TollgateClient`]: the typed HTTP client for every `/v1` route, which is
-//!   also a `UsageSink`, so the writer runs over HTTP or over a store directly.
+//! - [`TollgateClient`]: the typed HTTP client for every `/v1` route. The
+//!   writer runs over it ([`UsageWriter::over_http`]) or over a store directly.
 //! - [`Gateway`]: one lease per account, spent locally, renewed before expiry
 //!   and released at shutdown after its usage is delivered.
 //!
@@ -27,8 +27,7 @@ pub use gateway::{
 };
 pub use http::{
     ClientBuildError, ClientConfig, ClientError, ClientErrorKind, Credited, MUTATION_ATTEMPTS_MAX,
-    MUTATION_BACKOFF_INITIAL_MAX, RESPONSE_BYTES_MAX, TollgateClient, UNRECOGNISED_REASON, ingest_error_of,
-    outcomes_of,
+    MUTATION_BACKOFF_INITIAL_MAX, RESPONSE_BYTES_MAX, TollgateClient, UNRECOGNISED_REASON,
 };
 pub use stats::{LossReason, LossReport, Tally, WriterStats};
 pub use writer::{Clock, LossCallback, RecordError, UsageWriter, WriterBuilder, WriterStopped};

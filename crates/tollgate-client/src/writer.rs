@@ -206,6 +206,12 @@ impl UsageWriter {
     /// Queues `event` without waiting. See the type's documentation for what
     /// happens when the queue is full.
     pub fn record(&self, event: UsageEvent) -> Result<(), RecordError> {
+        self.record_numbered(event).map(|_| ())
+    }
+
+    /// `record`, returning the event's place in recording order (the first
+    /// recorded event is 1), for [`flush_through`](Self::flush_through).
+    pub(crate) fn record_numbered(&self, event: UsageEvent) -> Result<u64, RecordError> {
         if let Some(field) = overlong_field(&event) {
             self.handle.shared.lock().stats.turned_away_invalid += 1;
             return Err(RecordError::FieldTooLong { event: Box::new(event), field, max: ID_CHARS_MAX });
@@ -226,6 +232,7 @@ impl UsageWriter {
         state.stats.recorded.add_event(event.units);
         state.stats.queued.add_event(event.units);
         state.queue.push_back(Queued { event, recorded_at: Instant::now() });
+        let number = state.stats.recorded.events;
         let queued = state.queue.len();
         drop(state);
         // The worker needs waking only to start an age timer or to send a full
@@ -233,7 +240,7 @@ impl UsageWriter {
         if queued == 1 || queued >= shared.config.batch_events_max {
             shared.wake.notify_one();
         }
-        Ok(())
+        Ok(number)
     }
 
     /// A snapshot of the counters.
@@ -246,17 +253,29 @@ impl UsageWriter {
     /// rather than waiting for their age. How long that takes is bounded by the
     /// retry policy: at most `attempts_max` attempts and backoffs per batch.
     pub async fn flush(&self) -> Result<WriterStats, WriterStopped> {
+        let recorded = self.handle.shared.lock().stats.recorded.events;
+        self.flush_through(recorded).await?;
+        Ok(self.stats())
+    }
+
+    /// Returns once the first `number` recorded events are settled, sending
+    /// them at once. Events recorded after them are not waited for, so a
+    /// gateway settling one account's lease does not wait for the usage other
+    /// accounts record meanwhile. (Batches settle in recording order, so the
+    /// events recorded before them are settled too.)
+    pub(crate) async fn flush_through(&self, number: u64) -> Result<(), WriterStopped> {
         let shared = &self.handle.shared;
-        let target = {
+        if *shared.settled.borrow() >= number {
+            return Ok(());
+        }
+        {
             let mut state = shared.lock();
-            let recorded = state.stats.recorded.events;
-            state.flush_upto = state.flush_upto.max(recorded);
-            recorded
-        };
+            state.flush_upto = state.flush_upto.max(number);
+        }
         shared.wake.notify_one();
         let mut settled = shared.settled.clone();
-        settled.wait_for(|events| *events >= target).await.map_err(|_| WriterStopped)?;
-        Ok(self.stats())
+        settled.wait_for(|events| *events >= number).await.map_err(|_| WriterStopped)?;
+        Ok(())
     }
 
     /// Stops recording, delivers what it can within `timeout`, reports the rest

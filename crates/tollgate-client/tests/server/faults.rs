@@ -33,6 +33,9 @@ pub enum Fault {
     TruncateAnswer,
     /// The connection is reset before the request is forwarded: not applied.
     Reset,
+    /// The request is applied; the answer is held back until
+    /// [`FaultProxy::release_held`] is called.
+    HoldAnswer,
     /// The request is applied; every `from` in the answer's body reads `to`
     /// (a newer server's wording, say).
     RewriteAnswer { from: &'static str, to: &'static str },
@@ -58,6 +61,8 @@ pub struct FaultProxy {
     pub address: SocketAddr,
     rules: Arc<Mutex<Vec<RuleState>>>,
     faults: Arc<Mutex<Vec<(String, Fault)>>>,
+    /// Set by `release_held`; held answers wait for it.
+    released: tokio::sync::watch::Sender<bool>,
 }
 
 impl FaultProxy {
@@ -67,17 +72,24 @@ impl FaultProxy {
         let rules: Arc<Mutex<Vec<RuleState>>> = Arc::default();
         let faults: Arc<Mutex<Vec<(String, Fault)>>> = Arc::default();
         let (shared_rules, shared_faults) = (rules.clone(), faults.clone());
+        let (released, watch_released) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let (rules, faults) = (shared_rules.clone(), shared_faults.clone());
-                tokio::spawn(serve_connection(client, upstream, rules, faults));
+                let released = watch_released.clone();
+                tokio::spawn(serve_connection(client, upstream, rules, faults, released));
             }
         });
-        FaultProxy { address, rules, faults }
+        FaultProxy { address, rules, faults, released }
     }
 
     pub fn url(&self) -> String {
         format!("http://{}", self.address)
+    }
+
+    /// Lets every held answer through, and those held from now on.
+    pub fn release_held(&self) {
+        self.released.send_replace(true);
     }
 
     pub fn add(&self, rule: Rule) {
@@ -112,6 +124,7 @@ async fn serve_connection(
     upstream: SocketAddr,
     rules: Arc<Mutex<Vec<RuleState>>>,
     faults: Arc<Mutex<Vec<(String, Fault)>>>,
+    mut released: tokio::sync::watch::Receiver<bool>,
 ) {
     while let Some(request) = read_message(&mut client).await {
         let request_line =
@@ -134,6 +147,9 @@ async fn serve_connection(
                 return;
             }
             Some(Fault::DelayAnswer(delay)) => tokio::time::sleep(delay).await,
+            Some(Fault::HoldAnswer) => {
+                let _ = released.wait_for(|released| *released).await;
+            }
             Some(Fault::RewriteAnswer { from, to }) => answer = rewrite(&answer, from, to),
             Some(Fault::Reset) | None => {}
         }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use jiff::{SignedDuration, Timestamp};
 use tollgate_client::{Gateway, GatewayConfig, Spend, SpendError, Tally};
 
-use crate::support::{Server, Storage, Tenant, assert_accounted, writer, writer_config};
+use crate::support::{Server, Storage, Tenant, assert_accounted, http_writer, writer_config};
 
 #[tokio::test]
 async fn a_gateway_spends_locally_renews_and_releases_with_exact_billing() {
@@ -16,7 +16,7 @@ async fn a_gateway_spends_locally_renews_and_releases_with_exact_billing() {
     let admin = server.admin();
     let tenants =
         [Tenant::create(&admin, "acct-gw-1", 10_000).await, Tenant::create(&admin, "acct-gw-2", 10_000).await];
-    let (writer, losses) = writer(Arc::new(server.gateway()), writer_config(20));
+    let (writer, losses) = http_writer(server.gateway(), writer_config(20));
     // The gateway's clock can be moved forward to make its leases due for
     // renewal; the server keeps real time, so the leases are still open there.
     let skew_s = Arc::new(AtomicI64::new(0));
@@ -101,7 +101,7 @@ async fn a_spend_beyond_the_balance_is_refused_and_nothing_is_recorded() {
     let server = Server::start(&Storage::Memory).await;
     let admin = server.admin();
     let tenant = Tenant::create(&admin, "acct-gw-poor", 50).await;
-    let (writer, _) = writer(Arc::new(server.gateway()), writer_config(20));
+    let (writer, _) = http_writer(server.gateway(), writer_config(20));
     let config = GatewayConfig { lease_units: 40, ..GatewayConfig::default() };
     let gateway = Gateway::new(server.gateway(), writer.clone(), config).unwrap();
     let spend = |request_id: &str, units| Spend {
@@ -133,7 +133,7 @@ async fn a_lease_shorter_than_the_renew_margin_is_not_renewed_on_every_spend() {
     let server = crate::support::Server::start_with(&Storage::Memory, "127.0.0.1:0", "PT2M").await;
     let admin = server.admin();
     let tenant = Tenant::create(&admin, "acct-short-ttl", 1_000).await;
-    let (writer, _) = writer(Arc::new(server.gateway()), writer_config(20));
+    let (writer, _) = http_writer(server.gateway(), writer_config(20));
     let config = GatewayConfig {
         lease_units: 100,
         lease_ttl: SignedDuration::from_mins(10),
@@ -163,7 +163,7 @@ async fn a_lease_shorter_than_the_renew_margin_is_not_renewed_on_every_spend() {
 async fn slots_of_accounts_without_a_lease_are_forgotten() {
     let server = Server::start(&Storage::Memory).await;
     let tenant = Tenant::create(&server.admin(), "acct-slots", 1_000).await;
-    let (writer, _) = writer(Arc::new(server.gateway()), writer_config(20));
+    let (writer, _) = http_writer(server.gateway(), writer_config(20));
     let gateway =
         Gateway::new(server.gateway(), writer, GatewayConfig { lease_units: 10, ..GatewayConfig::default() }).unwrap();
     for n in 0..50 {

@@ -11,7 +11,7 @@ use jiff::{SignedDuration, Timestamp};
 use tollgate_client::{ClientConfig, Gateway, GatewayConfig, LossReport, Spend, SpendError, TollgateClient};
 use tollgate_pg::testing::TestDb;
 
-use crate::faults::{Fault, FaultProxy, storage};
+use crate::faults::{Fault, FaultProxy, Rule, storage};
 use crate::support::{GATEWAY_TOKEN, Server, Tenant, assert_accounted, http_writer, writer_config};
 
 const CONSOLIDATE: &str = "/leases/consolidate";
@@ -251,6 +251,45 @@ async fn usage_answers_lost(postgres: bool) {
     rig.finish().await;
 }
 
+/// A top-up of one account while another account's usage answer is held
+/// back: the top-up delivers only the usage recorded against its own lease
+/// and goes ahead, instead of waiting for the whole writer.
+async fn top_up_while_another_accounts_usage_is_held(postgres: bool) {
+    let mut rig = Rig::start(postgres, "acct-topup-a", 1_000, 10).await;
+    let other = Tenant::create(&rig.server.admin(), "acct-topup-b", 1_000).await;
+    rig.spend_ok(3, 1).await;
+    rig.gateway.writer().flush().await.unwrap();
+    // Every usage request from now on, the writer's retries included, is
+    // applied but not answered until released.
+    rig.proxy.add(Rule { method: "POST", path: "/v1/usage", nth: 1, count: 1_000, fault: Fault::HoldAnswer });
+    let other_spend = Spend {
+        account_id: other.account_id.clone(),
+        credential_id: other.credential_id.clone(),
+        request_id: "other-1".into(),
+        units: 1,
+    };
+    rig.gateway.spend(other_spend).await.unwrap();
+    rig.others.push((other.account_id.clone(), 1));
+    // Its batch goes out once it is 50 ms old; wait (bounded) until it is sent.
+    for _ in 0..600 {
+        if rig.gateway.writer().stats().in_flight.events == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Seven units are left on the lease; ten need a consolidation. Waiting
+    // for the held batch would never end, so the guard below only bounds a
+    // failure.
+    let top_up = tokio::time::timeout(Duration::from_secs(120), rig.spend(10)).await;
+    assert!(matches!(top_up, Ok(Ok(()))), "the top-up went ahead: {top_up:?}");
+    let stats = rig.gateway.writer().stats();
+    assert_eq!(stats.in_flight.events, 1, "the other account's event is still held: {stats:#?}");
+
+    rig.proxy.release_held();
+    rig.finish().await;
+}
+
 macro_rules! on_both_stores {
     ($($name:ident => $scenario:expr;)*) => {
         mod memory {
@@ -274,4 +313,5 @@ on_both_stores! {
     shutdown_cuts_off_a_spend_and_settles_its_consolidation => shutdown_during_a_late_consolidation;
     renew_due_goes_on_past_a_failing_account => renewal_with_one_failing_account;
     usage_answers_dropped_truncated_reset_and_delayed => usage_answers_lost;
+    a_top_up_does_not_wait_for_other_accounts_usage => top_up_while_another_accounts_usage_is_held;
 }

@@ -1,12 +1,9 @@
-//! Every route of SPEC §4 through the typed client, with its typed errors.
-
-use std::sync::Arc;
+//! Every `/v1` route through the typed client, with its typed errors.
 
 use jiff::SignedDuration;
 use tollgate_api::LeaseHandleBody;
 use tollgate_client::{ClientErrorKind, TollgateClient};
-use tollgate_core::{BATCH_EVENTS_MAX, IngestError};
-use tollgate_store::UsageSink;
+use tollgate_core::BATCH_EVENTS_MAX;
 
 use crate::support::{ADMIN_TOKEN, GATEWAY_TOKEN, LEASE_TTL, Server, Storage, Tenant, client};
 
@@ -159,44 +156,41 @@ async fn every_route_answers_with_its_typed_body_or_typed_error() {
 }
 
 #[tokio::test]
-async fn the_usage_sink_maps_statuses_to_the_store_contract() {
+async fn usage_answers_carry_their_status_code_and_retryability() {
     let server = Server::start(&Storage::Memory).await;
     let tenant = Tenant::create(&server.admin(), "acct-sink", 10).await;
-    let gateway: Arc<dyn UsageSink> = Arc::new(server.gateway());
-    let now = jiff::Timestamp::now();
+    let gateway = server.gateway();
 
     // 200: outcomes.
-    let outcomes = gateway.ingest(vec![tenant.overage("ok", 1)], now).await.unwrap();
-    assert_eq!(outcomes[0].outcome, tollgate_core::Outcome::Accepted);
+    let answer = gateway.send_usage(&[tenant.overage("ok", 1)]).await.unwrap();
+    assert_eq!(answer.outcomes[0].outcome, "accepted");
 
     // 422: refused, naming the counter that would overflow; nothing applied.
-    let overflow = vec![tenant.overage("big", u64::MAX), tenant.overage("one-more", 1)];
-    assert_eq!(gateway.ingest(overflow, now).await, Err(IngestError::Refused { counter: "billed" }));
+    let overflow = [tenant.overage("big", u64::MAX), tenant.overage("one-more", 1)];
+    let refused = gateway.send_usage(&overflow).await.unwrap_err();
+    assert_eq!((refused.status, refused.code.as_str(), refused.retryable), (Some(422), "batch_refused", false));
+    assert!(refused.message.contains("billed"), "{refused}");
 
     // 413: too many events for one batch.
     let too_many: Vec<_> = (0..=BATCH_EVENTS_MAX).map(|n| tenant.overage(&format!("e{n}"), 0)).collect();
-    assert_eq!(
-        gateway.ingest(too_many, now).await,
-        Err(IngestError::BatchTooLarge { events: BATCH_EVENTS_MAX + 1, max: BATCH_EVENTS_MAX })
-    );
+    let too_large = gateway.send_usage(&too_many).await.unwrap_err();
+    assert_eq!((too_large.status, too_large.code.as_str(), too_large.retryable), (Some(413), "batch_too_large", false));
 
-    // 401 and connection failures: retryable, with the cause in the message.
-    let wrong_token: Arc<dyn UsageSink> =
-        Arc::new(client(&server.url(), Some(ADMIN_TOKEN.replace("admin", "other").as_str())));
-    let unauthorized = wrong_token.ingest(vec![tenant.overage("x", 1)], now).await.unwrap_err();
-    assert!(unauthorized.retryable() && unauthorized.to_string().contains("unauthorized"), "{unauthorized}");
+    // 401: refused outright; a connection failure: retryable.
+    let wrong_token = client(&server.url(), Some(ADMIN_TOKEN.replace("admin", "other").as_str()));
+    assert_eq!(
+        failure(wrong_token.send_usage(&[tenant.overage("x", 1)]).await),
+        (ClientErrorKind::Api, Some(401), "unauthorized".to_owned(), false)
+    );
 
     let closed_port = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.local_addr().unwrap()
     };
     let nowhere: TollgateClient = client(&format!("http://{closed_port}"), Some(GATEWAY_TOKEN));
-    let refused = UsageSink::ingest(&nowhere, vec![tenant.overage("x", 1)], now).await.unwrap_err();
-    assert!(matches!(refused, IngestError::Unavailable(_)), "{refused:?}");
-    let direct = nowhere.account("acct-sink").await.unwrap_err();
     assert_eq!(
-        (direct.kind, direct.status, direct.code.as_str(), direct.retryable),
-        (ClientErrorKind::Connect, None, "connect_failed", true)
+        failure(nowhere.send_usage(&[tenant.overage("x", 1)]).await),
+        (ClientErrorKind::Connect, None, "connect_failed".to_owned(), true)
     );
 
     // Only the first event was billed.

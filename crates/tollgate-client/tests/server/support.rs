@@ -11,7 +11,7 @@ use jiff::{SignedDuration, Timestamp};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tollgate_client::{ClientConfig, LossReport, RetryConfig, TollgateClient, UsageWriter, WriterConfig, WriterStats};
-use tollgate_core::{EventOutcome, IngestError, UsageEvent};
+use tollgate_core::{EventOutcome, IngestError, Outcome, RejectReason, UsageEvent};
 use tollgate_store::UsageSink;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
@@ -267,7 +267,7 @@ impl UsageSink for KillingSink {
             *calls += 1;
             *calls
         };
-        let answer = self.inner.ingest(batch, now).await;
+        let answer = ingest_over_http(&self.inner, batch, now).await;
         if Some(call) == self.kill_after_call {
             assert!(answer.is_ok(), "the batch before the kill was applied: {answer:?}");
             if let Some(mut server) = self.victim.lock().await.take() {
@@ -278,4 +278,42 @@ impl UsageSink for KillingSink {
         }
         answer
     }
+}
+
+/// `POST /v1/usage` read as the store contract's answer, for the tests that
+/// put their own `UsageSink` between a writer and a server. The client itself
+/// is not a `UsageSink` (a writer over HTTP is `UsageWriter::over_http`); these
+/// tests' servers only answer reasons this build knows.
+async fn ingest_over_http(
+    client: &TollgateClient,
+    batch: Vec<UsageEvent>,
+    _now: Timestamp,
+) -> Result<Vec<EventOutcome>, IngestError> {
+    let events = batch.len();
+    let response = client.send_usage(&batch).await.map_err(|error| match error.status() {
+        Some(422) => IngestError::Refused {
+            counter: ["billed", "used", "overage"]
+                .into_iter()
+                .find(|counter| error.to_string().contains(counter))
+                .unwrap_or("unknown"),
+        },
+        Some(413) => IngestError::BatchTooLarge { events, max: tollgate_core::BATCH_EVENTS_MAX },
+        Some(500) => IngestError::Corrupt(error.to_string()),
+        _ => IngestError::Unavailable(error.to_string()),
+    })?;
+    let outcome = |outcome: &str, reason: Option<&str>| match (outcome, reason) {
+        ("accepted", _) => Outcome::Accepted,
+        ("duplicate", _) => Outcome::Duplicate,
+        (_, reason) => Outcome::Rejected(
+            reason.and_then(RejectReason::parse).unwrap_or_else(|| panic!("an unknown outcome {outcome} {reason:?}")),
+        ),
+    };
+    Ok(response
+        .outcomes
+        .into_iter()
+        .map(|body| EventOutcome {
+            outcome: outcome(&body.outcome, body.reason.as_deref()),
+            request_id: body.request_id,
+        })
+        .collect())
 }
