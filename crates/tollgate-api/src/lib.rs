@@ -432,7 +432,7 @@ impl From<&LegacyBoundCount> for LegacyBoundBody {
 }
 
 /// A stored row that a database guard forbids, found by the read-only
-/// inspection queries of seed 003.
+/// guard inspection queries.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct GuardViolationBody {
     pub table: String,
@@ -533,7 +533,7 @@ pub struct CheckBody {
     /// its schema not current).
     #[serde(default)]
     pub ledger: Option<LedgerCheckBody>,
-    /// Stored rows that a database guard forbids (seed 003's inspection).
+    /// Stored rows that a database guard forbids (the guard inspection).
     /// Absent when they could not be inspected; always empty on the memory
     /// store, whose types cannot hold such rows.
     #[serde(default)]

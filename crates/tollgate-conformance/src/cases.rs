@@ -1,5 +1,5 @@
-//! The conformance cases. Each one names the rule it proves; the seeds' sentences
-//! they come from are quoted where the rule is subtle.
+//! The conformance cases. Each one names the rule it proves (`docs/rules.md`
+//! states them all); a subtle rule is quoted in the case's doc comment.
 
 use jiff::{SignedDuration, Timestamp};
 use tollgate_core::{Error, EventOutcome, IngestError, LeaseState, Settlement, UsageEvent};
@@ -34,7 +34,7 @@ fn settled(charged: u64, returned: u64, excess: u64) -> Settlement {
 
 // ---------------------------------------------------------------- lease timing
 
-/// Seed 000: "Both allocators preserve the nanosecond precision of the caller's
+/// "Both allocators preserve the nanosecond precision of the caller's
 /// Timestamp and positive SignedDuration."
 pub async fn nanosecond_ttl_and_grace<F: StoreFactory>(f: &F) {
     let s = f.create(with_grace(nanos(999))).await;

@@ -43,7 +43,7 @@ pub struct AppliedMigration {
 #[derive(Debug, thiserror::Error)]
 pub enum MigrationError {
     /// The database is ahead of this binary. Refused by design: an old binary
-    /// must not serve a newer schema (seeds 000 and 003).
+    /// must not serve a newer schema (`docs/rules.md`, Migrations).
     #[error(
         "database has migration {version} applied, which this binary does not know \
          (its catalogue ends at {catalogue_latest}); refusing to start an older binary \

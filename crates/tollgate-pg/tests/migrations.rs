@@ -1,5 +1,6 @@
 //! Upgrades through 0015-0017 on populated databases, each test on its own
-//! database: what the seeds promise about history, locks, fences and failures.
+//! database: what the upgrade promises about history, locks, fences and failures
+//! (`docs/upgrading.md`).
 //!
 //! The SQL written before 0017 here is deliberately the 0016-era lease SQL
 //! (`expires_at_us`): it is the fixture that proves the compatibility fence.
@@ -68,7 +69,7 @@ fn failed_version(error: &MigrationError) -> (i64, Option<PgFailure>) {
 }
 
 /// Upgrades a populated database from `from` to the latest version and checks
-/// everything the seeds promise about the result.
+/// everything the upgrade promises about the result.
 async fn check_upgrade_from(from: i64) {
     let db = TestDb::create().await;
     db.migrate_through(from).await.expect("old migrations apply");
@@ -104,7 +105,7 @@ async fn check_upgrade_from(from: i64) {
     .collect();
     assert_eq!(expiries, expected);
 
-    // The seed's readiness query: every pre-0017 lease is a marked upper bound,
+    // The legacy-bound readiness query: every pre-0017 lease is a marked upper bound,
     // settled history included.
     let counts: Vec<(String, bool, i64)> = sqlx::query_as(
         "SELECT state, expiry_is_upper_bound, count(*) FROM tollgate_leases \
@@ -133,7 +134,7 @@ async fn upgrade_from_populated_0016_preserves_accounting_and_bounds_legacy_expi
     check_upgrade_from(16).await;
 }
 
-/// Seed 003: invalid history fails 0016 while 0015 stays committed and keeps
+/// Invalid history fails 0016 while 0015 stays committed and keeps
 /// guarding new writes; an evidence-based repair then lets startup pass, with
 /// migration history kept.
 #[tokio::test]
@@ -212,7 +213,7 @@ async fn invalid_history_fails_0016_then_evidence_based_repair_passes() {
     db.drop_now().await;
 }
 
-/// Seed 000: an out-of-domain legacy expiry (either side) fails 0017, which
+/// An out-of-domain legacy expiry (either side) fails 0017, which
 /// rolls back every change and leaves 0016 authoritative; repairing the row
 /// from evidence then lets it apply.
 #[tokio::test]

@@ -85,7 +85,7 @@ fn outcomes(result: Result<Vec<tollgate_core::EventOutcome>, IngestError>) -> Ve
 
 // ------------------------------------------------------------- unit domain
 
-/// Seed 003: "PostgreSQL rejects an individual event outside its domain while
+/// "PostgreSQL rejects an individual event outside its domain while
 /// retaining valid neighbors."
 #[tokio::test]
 async fn units_above_i64_max_are_rejected_individually_in_a_mixed_batch() {
@@ -168,7 +168,7 @@ fn expect_ingest_corrupt<T: std::fmt::Debug>(what: &str, result: Result<T, Inges
     }
 }
 
-/// Seed 003: "negative and zero stored fences". Rows written before the guards
+/// Negative and zero stored fences. Rows written before the guards
 /// existed (here: with the guard dropped, then written by direct SQL) are found
 /// by every operation that loads them as storage_corrupt, never a panic and
 /// never a silent settlement; `check` lists them as guard violations.
@@ -903,7 +903,7 @@ async fn identifiers_postgres_cannot_store_are_not_found() {
 
 // ------------------------------------------------------------ legacy leases
 
-/// Seed 000: "Existing HTTP clients and retained lease capabilities continue to
+/// "Existing HTTP clients and retained lease capabilities continue to
 /// work with the upgraded service", and ordinary release or reclaim drains the
 /// active legacy bounds. A lease written by a 0016-era binary is released with
 /// its capability; another is reclaimed exactly at its recorded upper bound.

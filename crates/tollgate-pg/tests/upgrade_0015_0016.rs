@@ -1,4 +1,4 @@
-//! Seed 003's upgrade, proved on populated databases: 0015 installs the unit
+//! The guard upgrade, proved on populated databases: 0015 installs the unit
 //! and fence guards NOT VALID, 0016 validates them. Each test has its own
 //! database, populated at 0014 through the 0016-era writer.
 //!
@@ -6,7 +6,7 @@
 //! guards then reject bad writes; an older binary refuses a cold start and
 //! names the version; invalid history fails 0016 while 0015 stays committed,
 //! keeps guarding and preserves the rows; an evidence-based repair lets the
-//! next startup validate and serve; and seed 003's inspection queries report
+//! next startup validate and serve; and the guard inspection queries (`src/inspect.rs`) report
 //! exactly the offending rows.
 
 mod fixtures;
@@ -560,10 +560,10 @@ async fn repair_without_evidence_changes_nothing() {
     }
 }
 
-/// Seed 003's inspection: exactly the offending rows, and only reads.
+/// The guard inspection: exactly the offending rows, and only reads.
 #[tokio::test]
 async fn guard_inspection_reports_exactly_the_offending_rows_and_only_reads() {
-    // The queries are seed 003's: their conditions appear verbatim.
+    // The queries are `docs/upgrading.md`'s: their conditions appear verbatim.
     for (sql, condition) in [
         (inspect::USAGE_EVENTS_SQL, "FROM tollgate_usage_events WHERE units < 0 OR fencing_token <= 0"),
         (inspect::LEASES_SQL, "FROM tollgate_leases WHERE fencing_token <= 0"),

@@ -1,4 +1,4 @@
-//! Seed 000's upgrade, proved on populated 0016 databases: migration 0017
+//! The 0017 upgrade, proved on populated 0016 databases: migration 0017
 //! turns truncated microsecond expiries into conservative nanosecond upper
 //! bounds, fences off every 0016-era lease statement, waits for running old
 //! transactions, rolls back whole on an out-of-domain row, and survives a
@@ -257,7 +257,7 @@ async fn legacy_expiries_become_the_latest_consistent_instant_marked_as_upper_bo
     by_instant.sort();
     assert_eq!(by_tuple, by_instant.into_iter().map(|(_, id)| id).collect::<Vec<_>>());
 
-    // Seed 000's query: every legacy row, settled history included, is marked.
+    // The legacy-bound query of `docs/upgrading.md`: every legacy row, settled history included, is marked.
     let mut expected_counts: BTreeMap<(String, bool), i64> = BTreeMap::new();
     for w in &written {
         *expected_counts.entry((w.state.to_owned(), true)).or_default() += 1;

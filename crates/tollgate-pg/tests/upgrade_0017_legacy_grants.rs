@@ -1,4 +1,4 @@
-//! Seed 000's promise to running gateways: grants issued by the 0016-era
+//! The 0017 upgrade's promise to running gateways: grants issued by the 0016-era
 //! writer keep working after 0017. Their retained capabilities release and
 //! consolidate them; reclaim settles them exactly at their recorded upper
 //! bound plus the unchanged grace, never a nanosecond before; and every new
@@ -230,7 +230,7 @@ async fn legacy_grants_are_reclaimed_exactly_at_their_upper_bound_plus_grace() {
     );
 }
 
-/// Seed 000 keeps one reclaim grace throughout the upgrade: the grace the
+/// The 0017 upgrade keeps one reclaim grace throughout the upgrade: the grace the
 /// legacy fleet recorded is the only one an upgraded server may pin.
 #[tokio::test]
 async fn the_upgraded_fleet_must_keep_the_legacy_reclaim_grace() {

@@ -102,7 +102,7 @@ pub struct Verification {
     pub reason: Option<&'static str>,
 }
 
-/// `(state, expiry_is_upper_bound, count)`, as seed 000's inspection query groups.
+/// `(state, expiry_is_upper_bound, count)`, as the legacy-bound query of `docs/upgrading.md` groups.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct LegacyBoundCount {
     pub state: LeaseState,
@@ -111,7 +111,7 @@ pub struct LegacyBoundCount {
 }
 
 /// A stored row that a database guard (migration 0015) forbids, found by the
-/// read-only inspection queries of seed 003.
+/// read-only guard inspection queries (`tollgate_pg::inspect`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct GuardViolation {
     /// `tollgate_usage_events`, `tollgate_leases` or `tollgate_accounts`.

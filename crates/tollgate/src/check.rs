@@ -86,7 +86,7 @@ async fn check_database(pool: &PgPool) -> CheckBody {
         };
     }
     // Not current: conservation and the legacy bounds need the current
-    // schema, but seed 003's inspection reads only columns every schema since
+    // schema, but the guard inspection reads only columns every schema since
     // 0008 has, so it still runs on a database that has any tables.
     storage.error = Some("the schema is not current, so conservation and legacy bounds were not checked".to_owned());
     if migrations.applied.is_empty() {

@@ -3,6 +3,7 @@
 //! on one database, shutdown, and the walkthrough document.
 
 mod connections;
+mod docs;
 mod faults;
 mod load;
 mod memory;
