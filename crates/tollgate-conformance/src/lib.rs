@@ -71,3 +71,30 @@ macro_rules! conformance_suite {
         )*
     };
 }
+
+#[cfg(test)]
+mod tests {
+    /// Every public case, as its source declares it.
+    fn declared_cases() -> Vec<&'static str> {
+        [include_str!("cases.rs"), include_str!("cases/idempotent.rs")]
+            .into_iter()
+            .flat_map(str::lines)
+            .filter_map(|line| line.strip_prefix("pub async fn "))
+            .filter(|rest| rest.contains("<F: StoreFactory>"))
+            .filter_map(|rest| rest.split('<').next())
+            .collect()
+    }
+
+    /// A case that `conformance_suite!` does not list never runs on any
+    /// store, and nothing else would say so.
+    #[test]
+    fn every_public_case_is_registered_in_the_suite() {
+        let suite = include_str!("lib.rs");
+        let listed = suite.split("(@cases $factory;").nth(1).and_then(|rest| rest.split(");").next());
+        let listed: Vec<&str> = listed.expect("the case list").split(',').map(str::trim).collect();
+        let cases = declared_cases();
+        assert!(cases.len() >= 30, "the case declarations changed shape: {cases:?}");
+        let missing: Vec<&str> = cases.iter().copied().filter(|case| !listed.contains(case)).collect();
+        assert!(missing.is_empty(), "cases not listed in conformance_suite!: {missing:?}");
+    }
+}
