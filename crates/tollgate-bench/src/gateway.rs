@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use jiff::{SignedDuration, Timestamp};
 use tokio::sync::Mutex;
-use tollgate_api::LeaseHandleBody;
+use tollgate_api::{LeaseBody, LeaseHandleBody};
 use tollgate_client::{ClientConfig, TollgateClient};
 use tollgate_core::UsageEvent;
 
@@ -85,114 +85,34 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<()> {
     let gateway = TollgateClient::new(ClientConfig::new(&args.url, Some(&args.gateway_token)))?;
     // Request IDs are unique per account forever, so each run has its own prefix.
     let run = Timestamp::now().as_millisecond();
-    let mut credentials = Vec::with_capacity(args.accounts);
-    eprintln!("creating {} accounts…", args.accounts);
-    for index in 0..args.accounts {
-        let account = format!("gw-{run}-{index}");
-        admin.create_account(&account).await.with_context(|| format!("creating {account}"))?;
-        admin.credit(&account, "gateway-bench", 1 << 50).await?;
-        let credential = admin.issue_credential(&account, "gateway bench").await?;
-        credentials.push((account, credential.credential.credential_id));
-    }
+    let credentials = create_accounts(&admin, run, args.accounts).await?;
 
     let counters = Arc::new(Counters::default());
     let latencies = Arc::new(Mutex::new(AllLatencies::default()));
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(args.seconds);
-    let ttl = SignedDuration::from_secs(60);
     let mut workers = Vec::new();
     for worker in 0..args.workers {
         let (account, credential) = credentials[worker % credentials.len()].clone();
-        let (gateway, counters, latencies) = (gateway.clone(), counters.clone(), latencies.clone());
-        let (lease_units, batch_events, batches_per_renewal) =
-            (args.lease_units, args.batch_events, args.batches_per_renewal);
+        let worker = Worker {
+            gateway: gateway.clone(),
+            counters: counters.clone(),
+            request_prefix: format!("{run}-{worker}"),
+            account,
+            credential,
+            lease_units: args.lease_units,
+            batch_events: args.batch_events,
+            batches_per_renewal: args.batches_per_renewal,
+        };
+        let latencies = latencies.clone();
         workers.push(tokio::spawn(async move {
-            let mut local = AllLatencies::default();
-            let sent = Instant::now();
-            let mut lease = gateway.acquire(&account, lease_units, ttl).await?;
-            local.acquire.record(sent);
-            counters.acquires.fetch_add(1, Ordering::Relaxed);
-            let mut sequence = 0u64;
-            let mut batches_on_lease = 0u32;
-            while Instant::now() < deadline {
-                let events: Vec<UsageEvent> = (0..batch_events)
-                    .map(|_| {
-                        sequence += 1;
-                        UsageEvent {
-                            request_id: format!("{run}-{worker}-{sequence}"),
-                            account_id: account.clone(),
-                            credential_id: credential.clone(),
-                            units: 1 + sequence % 5,
-                            occurred_at: Timestamp::now(),
-                            lease_id: Some(lease.lease_id.clone()),
-                            fencing_token: Some(lease.fencing_token),
-                        }
-                    })
-                    .collect();
-                let sent = Instant::now();
-                match gateway.send_usage(&events).await {
-                    Ok(response) => {
-                        local.usage.record(sent);
-                        counters.batches.fetch_add(1, Ordering::Relaxed);
-                        for outcome in response.outcomes {
-                            let counter = match outcome.outcome.as_str() {
-                                "accepted" => &counters.accepted,
-                                "duplicate" => &counters.duplicate,
-                                _ => &counters.rejected,
-                            };
-                            counter.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                    Err(_) => {
-                        counters.errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                batches_on_lease += 1;
-                if batches_on_lease >= batches_per_renewal {
-                    let capability = lease.capability.clone().context("a granted lease carries its capability")?;
-                    let handle = LeaseHandleBody { lease_id: lease.lease_id.clone(), capability };
-                    let sent = Instant::now();
-                    lease = gateway.consolidate(&account, vec![handle], lease_units, ttl).await?.lease;
-                    local.consolidate.record(sent);
-                    counters.renewals.fetch_add(1, Ordering::Relaxed);
-                    batches_on_lease = 0;
-                }
-            }
-            let capability = lease.capability.clone().context("a granted lease carries its capability")?;
-            let sent = Instant::now();
-            gateway.release(&lease.lease_id, &capability).await?;
-            local.release.record(sent);
-            counters.releases.fetch_add(1, Ordering::Relaxed);
-            let mut all = latencies.lock().await;
-            all.acquire.0.extend(local.acquire.0);
-            all.usage.0.extend(local.usage.0);
-            all.consolidate.0.extend(local.consolidate.0);
-            all.release.0.extend(local.release.0);
+            let local = worker.run(deadline).await?;
+            latencies.lock().await.extend(local);
             anyhow::Ok(())
         }));
     }
 
-    let progress = {
-        let counters = counters.clone();
-        tokio::spawn(async move {
-            let mut interval = tokio::time::interval(Duration::from_millis(500));
-            loop {
-                interval.tick().await;
-                let elapsed = start.elapsed().as_secs_f64();
-                let accepted = counters.accepted.load(Ordering::Relaxed);
-                eprint!(
-                    "\r{elapsed:6.1}s  leases {:>6}  renewals {:>6}  batches {:>7}  events {:>9} ({:>8.0}/s)  errors {:>4}",
-                    counters.acquires.load(Ordering::Relaxed),
-                    counters.renewals.load(Ordering::Relaxed),
-                    counters.batches.load(Ordering::Relaxed),
-                    accepted,
-                    accepted as f64 / elapsed.max(0.001),
-                    counters.errors.load(Ordering::Relaxed),
-                );
-                let _ = std::io::stderr().flush();
-            }
-        })
-    };
+    let progress = tokio::spawn(show_progress(counters.clone(), start));
     let mut failures = 0;
     for worker in workers {
         if let Err(error) = worker.await? {
@@ -203,9 +123,146 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<()> {
     progress.abort();
     let elapsed = start.elapsed().as_secs_f64();
     eprintln!();
+    print_summary(&counters, &*latencies.lock().await, elapsed);
+    println!("\n{} workers over {} accounts for {elapsed:.1} s", args.workers, args.accounts);
+    if failures > 0 {
+        anyhow::bail!("{failures} workers failed");
+    }
+    Ok(())
+}
 
-    let all = latencies.lock().await;
-    let c = &counters;
+/// Creates and credits the run's accounts, each with one credential.
+async fn create_accounts(admin: &TollgateClient, run: i64, accounts: usize) -> anyhow::Result<Vec<(String, String)>> {
+    let mut credentials = Vec::with_capacity(accounts);
+    eprintln!("creating {accounts} accounts…");
+    for index in 0..accounts {
+        let account = format!("gw-{run}-{index}");
+        admin.create_account(&account).await.with_context(|| format!("creating {account}"))?;
+        admin.credit(&account, "gateway-bench", 1 << 50).await?;
+        let credential = admin.issue_credential(&account, "gateway bench").await?;
+        credentials.push((account, credential.credential.credential_id));
+    }
+    Ok(credentials)
+}
+
+impl AllLatencies {
+    fn extend(&mut self, other: AllLatencies) {
+        self.acquire.0.extend(other.acquire.0);
+        self.usage.0.extend(other.usage.0);
+        self.consolidate.0.extend(other.consolidate.0);
+        self.release.0.extend(other.release.0);
+    }
+}
+
+/// One gateway worker: one lease at a time on one account.
+struct Worker {
+    gateway: TollgateClient,
+    counters: Arc<Counters>,
+    request_prefix: String,
+    account: String,
+    credential: String,
+    lease_units: u64,
+    batch_events: usize,
+    batches_per_renewal: u32,
+}
+
+impl Worker {
+    const TTL: SignedDuration = SignedDuration::from_secs(60);
+
+    /// Acquires, reports usage and renews until `deadline`, then releases.
+    async fn run(self, deadline: Instant) -> anyhow::Result<AllLatencies> {
+        let mut local = AllLatencies::default();
+        let sent = Instant::now();
+        let mut lease = self.gateway.acquire(&self.account, self.lease_units, Self::TTL).await?;
+        local.acquire.record(sent);
+        self.counters.acquires.fetch_add(1, Ordering::Relaxed);
+        let mut sequence = 0u64;
+        let mut batches_on_lease = 0u32;
+        while Instant::now() < deadline {
+            let events: Vec<UsageEvent> = (0..self.batch_events).map(|_| self.event(&lease, &mut sequence)).collect();
+            let sent = Instant::now();
+            if self.report(&events).await {
+                local.usage.record(sent);
+            }
+            batches_on_lease += 1;
+            if batches_on_lease >= self.batches_per_renewal {
+                let capability = lease.capability.clone().context("a granted lease carries its capability")?;
+                let handle = LeaseHandleBody { lease_id: lease.lease_id.clone(), capability };
+                let sent = Instant::now();
+                lease = self.gateway.consolidate(&self.account, vec![handle], self.lease_units, Self::TTL).await?.lease;
+                local.consolidate.record(sent);
+                self.counters.renewals.fetch_add(1, Ordering::Relaxed);
+                batches_on_lease = 0;
+            }
+        }
+        let capability = lease.capability.clone().context("a granted lease carries its capability")?;
+        let sent = Instant::now();
+        self.gateway.release(&lease.lease_id, &capability).await?;
+        local.release.record(sent);
+        self.counters.releases.fetch_add(1, Ordering::Relaxed);
+        Ok(local)
+    }
+
+    fn event(&self, lease: &LeaseBody, sequence: &mut u64) -> UsageEvent {
+        *sequence += 1;
+        UsageEvent {
+            request_id: format!("{}-{sequence}", self.request_prefix),
+            account_id: self.account.clone(),
+            credential_id: self.credential.clone(),
+            units: 1 + *sequence % 5,
+            occurred_at: Timestamp::now(),
+            lease_id: Some(lease.lease_id.clone()),
+            fencing_token: Some(lease.fencing_token),
+        }
+    }
+
+    /// Sends one batch and counts its outcomes; a failed batch is counted as
+    /// an error. Whether the batch was answered.
+    async fn report(&self, events: &[UsageEvent]) -> bool {
+        let counters = &self.counters;
+        match self.gateway.send_usage(events).await {
+            Ok(response) => {
+                counters.batches.fetch_add(1, Ordering::Relaxed);
+                for outcome in response.outcomes {
+                    let counter = match outcome.outcome.as_str() {
+                        "accepted" => &counters.accepted,
+                        "duplicate" => &counters.duplicate,
+                        _ => &counters.rejected,
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
+                true
+            }
+            Err(_) => {
+                counters.errors.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+        }
+    }
+}
+
+/// A live progress line on stderr, every half second.
+async fn show_progress(counters: Arc<Counters>, start: Instant) {
+    let mut interval = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        interval.tick().await;
+        let elapsed = start.elapsed().as_secs_f64();
+        let accepted = counters.accepted.load(Ordering::Relaxed);
+        eprint!(
+            "\r{elapsed:6.1}s  leases {:>6}  renewals {:>6}  batches {:>7}  events {:>9} ({:>8.0}/s)  errors {:>4}",
+            counters.acquires.load(Ordering::Relaxed),
+            counters.renewals.load(Ordering::Relaxed),
+            counters.batches.load(Ordering::Relaxed),
+            accepted,
+            accepted as f64 / elapsed.max(0.001),
+            counters.errors.load(Ordering::Relaxed),
+        );
+        let _ = std::io::stderr().flush();
+    }
+}
+
+/// The summary tables on stdout.
+fn print_summary(c: &Counters, all: &AllLatencies, elapsed: f64) {
     println!("| operation | count | per second | p50 | p99 |");
     println!("|---|---|---|---|---|");
     let row = |name: &str, count: u64, latencies: &Latencies| {
@@ -227,9 +284,4 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<()> {
     println!("| duplicate | {} |", c.duplicate.load(Ordering::Relaxed));
     println!("| rejected | {} |", c.rejected.load(Ordering::Relaxed));
     println!("| failed batches | {} |", c.errors.load(Ordering::Relaxed));
-    println!("\n{} workers over {} accounts for {elapsed:.1} s", args.workers, args.accounts);
-    if failures > 0 {
-        anyhow::bail!("{failures} workers failed");
-    }
-    Ok(())
 }

@@ -160,67 +160,102 @@ pub fn write(args: ReportArgs) -> anyhow::Result<()> {
     let sides = read_rounds(&rounds)?;
     let memory = std::fs::read_to_string(&args.memory).unwrap_or_default();
     let machine = std::fs::read_to_string(&args.machine).unwrap_or_default();
-    let empty = Side::default();
 
     let mut out = String::new();
+    write_ratios(&mut out, &args.command, &sides)?;
+    write_http(&mut out, &sides, args.server_hwm_kb, args.baseline_hwm_kb)?;
+    write_memory(&mut out, &memory)?;
+    if let Some(path) = &args.analysis
+        && let Ok(text) = std::fs::read_to_string(path)
+    {
+        writeln!(out, "\n{}", text.trim_end())?;
+    }
+    writeln!(out, "\n## Machine\n\n```\n{}\n```", machine.trim_end())?;
+    std::fs::write(&args.out, out).with_context(|| format!("writing {}", args.out.display()))?;
+    Ok(())
+}
+
+type Sides = BTreeMap<(String, String), Side>;
+
+fn side<'a>(sides: &'a Sides, pair: &str, which: &str) -> Option<&'a Side> {
+    sides.get(&(pair.to_owned(), which.to_owned()))
+}
+
+/// The table of ratios, one row per pair.
+fn write_ratios(out: &mut String, command: &str, sides: &Sides) -> anyhow::Result<()> {
     writeln!(out, "# Benchmark results\n")?;
     writeln!(
         out,
-        "Produced by `{}`. Every ratio is Tollgate / baseline, both measured in the same run on this \
+        "Produced by `{command}`. Every ratio is Tollgate / baseline, both measured in the same run on this \
          machine, interleaved round by round (A B A B …). *Ratio* is the ratio of the medians; \
          *per-round* is the range of the ratios of the two sides of each round. Rates are medians \
          with min–max over the rounds.\n",
-        args.command
     )?;
     writeln!(
         out,
         "| path | Tollgate | baseline | unit | Tollgate median (min–max) | baseline median (min–max) | ratio | per-round | target | met | round trips per op (Tollgate / baseline) |"
     )?;
     writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|")?;
+    let empty = Side::default();
     for pair in PAIRS {
-        let tollgate = sides.get(&(pair.key.to_owned(), "tollgate".to_owned())).unwrap_or(&empty);
-        let baseline = sides.get(&(pair.key.to_owned(), "baseline".to_owned())).unwrap_or(&empty);
-        let t_rates: Vec<f64> = tollgate.rates.values().copied().collect();
-        let b_rates: Vec<f64> = baseline.rates.values().copied().collect();
-        let describe = |rates: &[f64]| match (median(rates), min_max(rates)) {
-            (Some(m), Some((lo, hi))) => format!("{} ({}–{})", rate(m), rate(lo), rate(hi)),
-            _ => "not measured".to_owned(),
-        };
-        let ratio = match (median(&t_rates), median(&b_rates)) {
-            (Some(t), Some(b)) if b > 0.0 => Some(t / b),
-            _ => None,
-        };
-        let per_round: Vec<f64> = tollgate
-            .rates
-            .iter()
-            .filter_map(|(round, t)| baseline.rates.get(round).filter(|b| **b > 0.0).map(|b| t / b))
-            .collect();
-        let per_round = min_max(&per_round).map_or("–".to_owned(), |(lo, hi)| format!("{lo:.2}–{hi:.2}"));
-        let (ratio_text, met) = match ratio {
-            Some(r) => (format!("**{r:.2}**"), if r >= pair.target { "yes" } else { "**no**" }),
-            None => ("–".to_owned(), "not measured"),
-        };
-        let trips = |side: &Side| median(&side.round_trips).map_or("–".to_owned(), |m| format!("{m:.1}"));
-        writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | ≥ {:.2} | {} | {} / {} |",
-            pair.path,
-            pair.tollgate,
-            pair.baseline,
-            pair.unit,
-            describe(&t_rates),
-            describe(&b_rates),
-            ratio_text,
-            per_round,
-            pair.target,
-            met,
-            trips(tollgate),
-            trips(baseline),
-        )?;
+        let tollgate = side(sides, pair.key, "tollgate").unwrap_or(&empty);
+        let baseline = side(sides, pair.key, "baseline").unwrap_or(&empty);
+        write_ratio_row(out, pair, tollgate, baseline)?;
     }
+    Ok(())
+}
 
-    let http_t = sides.get(&("http".to_owned(), "tollgate".to_owned())).unwrap_or(&empty);
-    let http_b = sides.get(&("http".to_owned(), "baseline".to_owned())).unwrap_or(&empty);
+fn write_ratio_row(out: &mut String, pair: &Pair, tollgate: &Side, baseline: &Side) -> anyhow::Result<()> {
+    let t_rates: Vec<f64> = tollgate.rates.values().copied().collect();
+    let b_rates: Vec<f64> = baseline.rates.values().copied().collect();
+    let describe = |rates: &[f64]| match (median(rates), min_max(rates)) {
+        (Some(m), Some((lo, hi))) => format!("{} ({}–{})", rate(m), rate(lo), rate(hi)),
+        _ => "not measured".to_owned(),
+    };
+    let ratio = match (median(&t_rates), median(&b_rates)) {
+        (Some(t), Some(b)) if b > 0.0 => Some(t / b),
+        _ => None,
+    };
+    let per_round: Vec<f64> = tollgate
+        .rates
+        .iter()
+        .filter_map(|(round, t)| baseline.rates.get(round).filter(|b| **b > 0.0).map(|b| t / b))
+        .collect();
+    let per_round = min_max(&per_round).map_or("–".to_owned(), |(lo, hi)| format!("{lo:.2}–{hi:.2}"));
+    let (ratio_text, met) = match ratio {
+        Some(r) => (format!("**{r:.2}**"), if r >= pair.target { "yes" } else { "**no**" }),
+        None => ("–".to_owned(), "not measured"),
+    };
+    let trips = |side: &Side| median(&side.round_trips).map_or("–".to_owned(), |m| format!("{m:.1}"));
+    writeln!(
+        out,
+        "| {} | {} | {} | {} | {} | {} | {} | {} | ≥ {:.2} | {} | {} / {} |",
+        pair.path,
+        pair.tollgate,
+        pair.baseline,
+        pair.unit,
+        describe(&t_rates),
+        describe(&b_rates),
+        ratio_text,
+        per_round,
+        pair.target,
+        met,
+        trips(tollgate),
+        trips(baseline),
+    )?;
+    Ok(())
+}
+
+/// HTTP latency of both servers and their peak memory.
+fn write_http(
+    out: &mut String,
+    sides: &Sides,
+    server_hwm_kb: Option<u64>,
+    baseline_hwm_kb: Option<u64>,
+) -> anyhow::Result<()> {
+    let empty = Side::default();
+    let http_t = side(sides, "http", "tollgate").unwrap_or(&empty);
+    let http_b = side(sides, "http", "baseline").unwrap_or(&empty);
     let latency = |values: &[f64]| median(values).map_or("–".to_owned(), |m| format!("{m:.0} µs"));
     writeln!(out, "\n## HTTP latency and server memory\n")?;
     writeln!(out, "Per request, medians over the rounds; 64 connections, each running acquire then release.\n")?;
@@ -232,26 +267,30 @@ pub fn write(args: ReportArgs) -> anyhow::Result<()> {
         "| `tollgate serve` (memory) | {} | {} | {} |",
         latency(&http_t.p50_us),
         latency(&http_t.p99_us),
-        hwm(args.server_hwm_kb)
+        hwm(server_hwm_kb)
     )?;
     writeln!(
         out,
         "| axum baseline | {} | {} | {} |",
         latency(&http_b.p50_us),
         latency(&http_b.p99_us),
-        hwm(args.baseline_hwm_kb)
+        hwm(baseline_hwm_kb)
     )?;
+    Ok(())
+}
 
+/// The memory store's bytes per item.
+fn write_memory(out: &mut String, memory: &str) -> anyhow::Result<()> {
     writeln!(out, "\n## MemoryStore bytes\n")?;
     writeln!(
         out,
         "Live heap bytes counted by a global allocator (`tollgate-bench-memory`), over {} items each.\n",
-        memory_json(&memory, "items").map_or("?".to_owned(), |n| format!("{n:.0}"))
+        memory_json(memory, "items").map_or("?".to_owned(), |n| format!("{n:.0}"))
     )?;
     writeln!(out, "| what | bytes each | target |")?;
     writeln!(out, "|---|---|---|")?;
-    let bytes = |key: &str| memory_json(&memory, key).map_or("not measured".to_owned(), |b| format!("{b:.0}"));
-    let lease_met = match memory_json(&memory, "active_lease_bytes") {
+    let bytes = |key: &str| memory_json(memory, key).map_or("not measured".to_owned(), |b| format!("{b:.0}"));
+    let lease_met = match memory_json(memory, "active_lease_bytes") {
         Some(b) if b <= 256.0 => "≤ 256 (met)",
         Some(_) => "≤ 256 (**not met**)",
         None => "≤ 256",
@@ -261,18 +300,9 @@ pub fn write(args: ReportArgs) -> anyhow::Result<()> {
     writeln!(
         out,
         "| remembered request ID ({} chars) | {} | – |",
-        memory_json(&memory, "request_id_len").map_or("?".to_owned(), |n| format!("{n:.0}")),
+        memory_json(memory, "request_id_len").map_or("?".to_owned(), |n| format!("{n:.0}")),
         bytes("request_id_bytes")
     )?;
-
-    if let Some(path) = &args.analysis
-        && let Ok(text) = std::fs::read_to_string(path)
-    {
-        writeln!(out, "\n{}", text.trim_end())?;
-    }
-
-    writeln!(out, "\n## Machine\n\n```\n{}\n```", machine.trim_end())?;
-    std::fs::write(&args.out, out).with_context(|| format!("writing {}", args.out.display()))?;
     Ok(())
 }
 
