@@ -86,90 +86,63 @@ const OPERATIONS: &[&str] = &[
 fn operation<'a, S: Store>(store: &'a S, name: &'static str, f: &'a Fixture) -> Operation<'a> {
     let now = f.now;
     match name {
-        "create_account" => Box::pin(async move {
-            store.create_account(&format!("{}-new", f.account_id)).await.map(drop).map_err(|e| e.to_string())
-        }),
-        "credit" => {
-            Box::pin(async move { store.credit(&f.account_id, "top-up", 7).await.map(drop).map_err(|e| e.to_string()) })
+        "create_account" => {
+            Box::pin(async move { store.create_account(&format!("{}-new", f.account_id)).await.done() })
         }
-        "acquire" => Box::pin(async move {
-            store.acquire(&f.account_id, 10, secs(60), now).await.map(drop).map_err(|e| e.to_string())
-        }),
+        "credit" => Box::pin(async move { store.credit(&f.account_id, "top-up", 7).await.done() }),
+        "acquire" => Box::pin(async move { store.acquire(&f.account_id, 10, secs(60), now).await.done() }),
         "acquire_keyed" => Box::pin(async move {
             let key = keyed(f);
-            store
-                .acquire_idempotent(Some(&key), &f.account_id, 10, secs(60), now)
-                .await
-                .map(drop)
-                .map_err(|e| e.to_string())
+            store.acquire_idempotent(Some(&key), &f.account_id, 10, secs(60), now).await.done()
         }),
         "release_keyed" => Box::pin(async move {
             let (key, live) = (keyed(f), &f.live);
-            store
-                .release_idempotent(Some(&key), &live.lease.lease_id, live.capability.expose(), now)
-                .await
-                .map(drop)
-                .map_err(|e| e.to_string())
+            store.release_idempotent(Some(&key), &live.lease.lease_id, live.capability.expose(), now).await.done()
         }),
         "consolidate_keyed" => Box::pin(async move {
             let key = keyed(f);
-            store
-                .consolidate_idempotent(Some(&key), &f.account_id, &[handle(&f.live)], 5, secs(60), now)
-                .await
-                .map(drop)
-                .map_err(|e| e.to_string())
+            store.consolidate_idempotent(Some(&key), &f.account_id, &[handle(&f.live)], 5, secs(60), now).await.done()
         }),
         "issue_credential_keyed" => Box::pin(async move {
             let key = keyed(f);
-            store
-                .issue_credential_idempotent(Some(&key), &f.account_id, "second", now)
-                .await
-                .map(drop)
-                .map_err(|e| e.to_string())
+            store.issue_credential_idempotent(Some(&key), &f.account_id, "second", now).await.done()
         }),
         "revoke_credential_keyed" => Box::pin(async move {
             let key = keyed(f);
-            store
-                .revoke_credential_idempotent(Some(&key), &f.credential_id, now)
-                .await
-                .map(drop)
-                .map_err(|e| e.to_string())
+            store.revoke_credential_idempotent(Some(&key), &f.credential_id, now).await.done()
         }),
         "release" => Box::pin(async move {
             let live = &f.live;
-            store
-                .release(&live.lease.lease_id, live.capability.expose(), now)
-                .await
-                .map(drop)
-                .map_err(|e| e.to_string())
+            store.release(&live.lease.lease_id, live.capability.expose(), now).await.done()
         }),
-        "consolidate" => Box::pin(async move {
-            store
-                .consolidate(&f.account_id, &[handle(&f.live)], 5, secs(60), now)
-                .await
-                .map(drop)
-                .map_err(|e| e.to_string())
-        }),
-        "reclaim" => Box::pin(async move { store.reclaim(now, 1_000).await.map(drop).map_err(|e| e.to_string()) }),
+        "consolidate" => {
+            Box::pin(async move { store.consolidate(&f.account_id, &[handle(&f.live)], 5, secs(60), now).await.done() })
+        }
+        "reclaim" => Box::pin(async move { store.reclaim(now, 1_000).await.done() }),
         "ingest" => Box::pin(async move {
             let event: UsageEvent = leased(&format!("r-{}", f.attempt), &f.credential_id, &f.live, 3, now);
-            store.ingest(vec![event], now).await.map(drop).map_err(|e| e.to_string())
+            store.ingest(vec![event], now).await.done()
         }),
-        "issue_credential" => Box::pin(async move {
-            store.issue_credential(&f.account_id, "second", now).await.map(drop).map_err(|e| e.to_string())
-        }),
-        "revoke_credential" => Box::pin(async move {
-            store.revoke_credential(&f.credential_id, now).await.map(drop).map_err(|e| e.to_string())
-        }),
-        "verify_credential" => {
-            Box::pin(async move { store.verify_credential("no-such-key").await.map(drop).map_err(|e| e.to_string()) })
+        "issue_credential" => {
+            Box::pin(async move { store.issue_credential(&f.account_id, "second", now).await.done() })
         }
-        "account" => Box::pin(async move { store.account(&f.account_id).await.map(drop).map_err(|e| e.to_string()) }),
-        "lease" => {
-            Box::pin(async move { store.lease(&f.live.lease.lease_id).await.map(drop).map_err(|e| e.to_string()) })
-        }
-        "check" => Box::pin(async move { store.check().await.map(drop).map_err(|e| e.to_string()) }),
+        "revoke_credential" => Box::pin(async move { store.revoke_credential(&f.credential_id, now).await.done() }),
+        "verify_credential" => Box::pin(async move { store.verify_credential("no-such-key").await.done() }),
+        "account" => Box::pin(async move { store.account(&f.account_id).await.done() }),
+        "lease" => Box::pin(async move { store.lease(&f.live.lease.lease_id).await.done() }),
+        "check" => Box::pin(async move { store.check().await.done() }),
         other => unreachable!("no operation {other}"),
+    }
+}
+
+/// An operation's result as the harness compares it: success, or the error's text.
+trait Done {
+    fn done(self) -> Result<(), String>;
+}
+
+impl<T, E: std::fmt::Display> Done for Result<T, E> {
+    fn done(self) -> Result<(), String> {
+        self.map(drop).map_err(|error| error.to_string())
     }
 }
 
