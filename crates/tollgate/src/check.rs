@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::Args;
 use jiff::SignedDuration;
 use sqlx::PgPool;
-use tollgate_api::{CheckBody, GuardViolationBody, StorageBody};
+use tollgate_api::{CheckBody, GuardViolationBody, LedgerCheckBody, StorageBody};
 use tollgate_core::GrantPolicy;
 use tollgate_pg::PostgresStore;
 use tollgate_store::{MigrationStatus, Store};
@@ -16,7 +16,7 @@ use tollgate_store::{MigrationStatus, Store};
 use crate::config::{self, DATABASE_URL_SETTING};
 
 #[derive(Args)]
-pub struct CheckArgs {
+pub(crate) struct CheckArgs {
     /// PostgreSQL URL.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
     database_url: Option<String>,
@@ -26,7 +26,7 @@ pub struct CheckArgs {
     json: bool,
 }
 
-pub async fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let url = args.database_url.with_context(|| {
         format!(
             "{DATABASE_URL_SETTING} is required: the memory store lives inside its server; \
@@ -129,9 +129,27 @@ fn versions(list: &[i64]) -> String {
 }
 
 /// The report for people.
-pub fn human(body: &CheckBody, where_: &str) -> String {
+pub(crate) fn human(body: &CheckBody, where_: &str) -> String {
     let mut out = String::new();
-    let storage = &body.storage;
+    human_storage(&mut out, &body.storage, where_);
+    match &body.ledger {
+        None => out.push_str("conservation: not checked\n"),
+        Some(ledger) => human_ledger(&mut out, ledger),
+    }
+    match &body.guard_violations {
+        None => out.push_str("guards:      not inspected\n"),
+        Some(guards) => {
+            out.push_str(&format!("guards:      {} stored rows break a database guard\n", guards.len()));
+            for g in guards {
+                out.push_str(&format!("  VIOLATION {} {}: {} = {}\n", g.table, g.key, g.column, g.value));
+            }
+        }
+    }
+    out.push_str(if body.ok { "result:      OK\n" } else { "result:      NOT OK\n" });
+    out
+}
+
+fn human_storage(out: &mut String, storage: &StorageBody, where_: &str) {
     if storage.reachable {
         out.push_str(&format!("storage:     reachable ({} at {where_})\n", storage.backend));
     } else {
@@ -159,38 +177,22 @@ pub fn human(body: &CheckBody, where_: &str) -> String {
     {
         out.push_str(&format!("note:        {error}\n"));
     }
-    match &body.ledger {
-        None => out.push_str("conservation: not checked\n"),
-        Some(ledger) => {
-            out.push_str(&format!(
-                "conservation: {} accounts checked, {} violations\n",
-                ledger.accounts_checked,
-                ledger.violations.len()
-            ));
-            for v in &ledger.violations {
-                out.push_str(&format!(
-                    "  VIOLATION account {}: {} ({} != {})\n",
-                    v.account_id, v.equation, v.left, v.right
-                ));
-            }
-            out.push_str("legacy bounds (state, expiry_is_upper_bound, count):\n");
-            if ledger.legacy_bounds.is_empty() {
-                out.push_str("  no leases\n");
-            }
-            for b in &ledger.legacy_bounds {
-                out.push_str(&format!("  {:<13} {:<5} {}\n", b.state, b.expiry_is_upper_bound, b.count));
-            }
-        }
+}
+
+fn human_ledger(out: &mut String, ledger: &LedgerCheckBody) {
+    out.push_str(&format!(
+        "conservation: {} accounts checked, {} violations\n",
+        ledger.accounts_checked,
+        ledger.violations.len()
+    ));
+    for v in &ledger.violations {
+        out.push_str(&format!("  VIOLATION account {}: {} ({} != {})\n", v.account_id, v.equation, v.left, v.right));
     }
-    match &body.guard_violations {
-        None => out.push_str("guards:      not inspected\n"),
-        Some(guards) => {
-            out.push_str(&format!("guards:      {} stored rows break a database guard\n", guards.len()));
-            for g in guards {
-                out.push_str(&format!("  VIOLATION {} {}: {} = {}\n", g.table, g.key, g.column, g.value));
-            }
-        }
+    out.push_str("legacy bounds (state, expiry_is_upper_bound, count):\n");
+    if ledger.legacy_bounds.is_empty() {
+        out.push_str("  no leases\n");
     }
-    out.push_str(if body.ok { "result:      OK\n" } else { "result:      NOT OK\n" });
-    out
+    for b in &ledger.legacy_bounds {
+        out.push_str(&format!("  {:<13} {:<5} {}\n", b.state, b.expiry_is_upper_bound, b.count));
+    }
 }

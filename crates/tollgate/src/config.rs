@@ -11,7 +11,7 @@ use sqlx::{ConnectOptions, PgPool};
 use tollgate_core::{GrantPolicy, PolicyError};
 
 /// Parses an ISO 8601 duration such as `PT30S` or `PT0.000000001S`.
-pub fn parse_duration(value: &str) -> Result<SignedDuration, String> {
+pub(crate) fn parse_duration(value: &str) -> Result<SignedDuration, String> {
     let trimmed = value.trim();
     if !(trimmed.starts_with('P') || trimmed.starts_with('p') || trimmed.starts_with("-P") || trimmed.starts_with("-p"))
     {
@@ -21,7 +21,7 @@ pub fn parse_duration(value: &str) -> Result<SignedDuration, String> {
 }
 
 /// A positive duration as a `std` one, for timers.
-pub fn positive_std(setting: &str, value: SignedDuration) -> anyhow::Result<Duration> {
+pub(crate) fn positive_std(setting: &str, value: SignedDuration) -> anyhow::Result<Duration> {
     if !value.is_positive() {
         bail!("{setting} must be positive, got {value}");
     }
@@ -29,7 +29,7 @@ pub fn positive_std(setting: &str, value: SignedDuration) -> anyhow::Result<Dura
 }
 
 /// The grant policy, with errors that name the setting at fault.
-pub fn policy(
+pub(crate) fn policy(
     max_ttl: SignedDuration,
     reclaim_grace: SignedDuration,
     reclaim_batch: u32,
@@ -46,10 +46,10 @@ pub fn policy(
 
 /// Descriptors the process holds besides client and database connections: the
 /// listener, standard streams, the runtime's and the resolver's own.
-pub const FILES_RESERVED: u64 = 32;
+pub(crate) const FILES_RESERVED: u64 = 32;
 
 /// The process's soft limit on open files, or `None` when it has none.
-pub fn open_files_max() -> Option<u64> {
+pub(crate) fn open_files_max() -> Option<u64> {
     rustix::process::getrlimit(rustix::process::Resource::Nofile).current
 }
 
@@ -57,7 +57,7 @@ pub fn open_files_max() -> Option<u64> {
 /// not: a server that runs out of descriptors cannot accept even the request
 /// that would let a client see it is full, so the cap must bind first. Returns
 /// the cap to use and, when it was lowered, the limit that lowered it.
-pub fn connections_cap(
+pub(crate) fn connections_cap(
     configured: NonZeroU32,
     database_connections: u32,
     open_files_max: Option<u64>,
@@ -78,22 +78,22 @@ pub fn connections_cap(
 }
 
 /// The setting name of the database URL, for messages.
-pub const DATABASE_URL_SETTING: &str = "--database-url / DATABASE_URL";
+pub(crate) const DATABASE_URL_SETTING: &str = "--database-url / DATABASE_URL";
 
 /// Parses the database URL without echoing it: it may hold a password.
-pub fn database_options(url: &str) -> anyhow::Result<PgConnectOptions> {
+pub(crate) fn database_options(url: &str) -> anyhow::Result<PgConnectOptions> {
     url.parse::<PgConnectOptions>().map_err(|error| {
         anyhow::anyhow!("invalid {DATABASE_URL_SETTING}: {}", redact_url_error(&error.to_string(), url))
     })
 }
 
 /// `host:port/database`, which identifies a database without its credentials.
-pub fn describe_database(options: &PgConnectOptions) -> String {
+pub(crate) fn describe_database(options: &PgConnectOptions) -> String {
     format!("{}:{}/{}", options.get_host(), options.get_port(), options.get_database().unwrap_or("(default)"))
 }
 
 /// A small pool that does not migrate, for `migrate` and `check`.
-pub async fn connect_pool(options: &PgConnectOptions) -> anyhow::Result<PgPool> {
+pub(crate) async fn connect_pool(options: &PgConnectOptions) -> anyhow::Result<PgPool> {
     PgPoolOptions::new()
         .max_connections(2)
         .acquire_timeout(Duration::from_secs(10))

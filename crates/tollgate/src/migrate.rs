@@ -8,13 +8,13 @@ use clap::Args;
 use crate::config::{self, DATABASE_URL_SETTING};
 
 #[derive(Args)]
-pub struct MigrateArgs {
+pub(crate) struct MigrateArgs {
     /// PostgreSQL URL.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true, value_name = "URL")]
     database_url: Option<String>,
 }
 
-pub async fn run(args: MigrateArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(args: MigrateArgs) -> anyhow::Result<ExitCode> {
     let url = args
         .database_url
         .with_context(|| format!("{DATABASE_URL_SETTING} is required: the memory store has no schema to migrate"))?;

@@ -16,7 +16,7 @@ use tollgate_store::{MemoryStore, Store};
 use crate::config::{self, DATABASE_URL_SETTING, parse_duration};
 
 #[derive(Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// Address to listen on; port 0 picks a free port.
     #[arg(long, env = "TOLLGATE_LISTEN", default_value = "127.0.0.1:8080", value_name = "ADDR")]
     listen: SocketAddr,
@@ -100,7 +100,7 @@ struct Opened {
     postgres: Option<PostgresStore>,
 }
 
-pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let policy = config::policy(args.max_ttl, args.reclaim_grace, args.reclaim_batch)?;
     let interval = config::positive_std("--reclaim-interval / TOLLGATE_RECLAIM_INTERVAL", args.reclaim_interval)?;
     let request_timeout = config::positive_std("--request-timeout / TOLLGATE_REQUEST_TIMEOUT", args.request_timeout)?;
