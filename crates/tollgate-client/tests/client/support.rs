@@ -1,53 +1,22 @@
 //! Starts the real `tollgate` binary on port 0 and hands out clients for it.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
 use tollgate_client::{ClientConfig, LossReport, RetryConfig, TollgateClient, UsageWriter, WriterConfig, WriterStats};
 use tollgate_core::{EventOutcome, IngestError, Outcome, RejectReason, UsageEvent};
 use tollgate_store::UsageSink;
+use tollgate_testkit::{ServeProcess, Stderr, clean_command, tollgate_binary};
 
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
 pub const GATEWAY_TOKEN: &str = "test-gateway-token-0123456789";
 
-/// The `tollgate` binary, built once per test process with `cargo build -p
-/// tollgate` so that a test never runs a binary older than the sources. When
-/// it is already fresh this is a quick no-op.
-pub fn tollgate_binary() -> &'static Path {
-    static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(|| {
-        // This test executable lives in <target>/<profile dir>/deps; the binary
-        // is built into <target>/<profile dir> beside it, in the same profile.
-        let test_exe = std::env::current_exe().expect("the test executable has a path");
-        let profile_dir = test_exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<exe>");
-        let profile = match profile_dir.file_name().and_then(|name| name.to_str()) {
-            Some("debug") | None => "dev".to_owned(),
-            Some(name) => name.to_owned(),
-        };
-        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let status = std::process::Command::new(cargo)
-            .current_dir(&workspace)
-            .args(["build", "--quiet", "--profile", &profile, "-p", "tollgate", "--bin", "tollgate"])
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "cargo build -p tollgate failed");
-        let binary = profile_dir.join("tollgate");
-        assert!(binary.is_file(), "no tollgate binary at {}", binary.display());
-        binary
-    })
-}
-
 /// A running `tollgate serve`. Killed when dropped.
 pub struct Server {
-    child: Child,
+    process: ServeProcess,
     pub address: SocketAddr,
 }
 
@@ -57,10 +26,6 @@ pub enum Storage {
     Memory,
     Postgres { url: String },
 }
-
-/// How long a starting server may take to print its address before the test
-/// fails instead of hanging; generous, because it only bounds a hang.
-const STARTUP_MAX: Duration = Duration::from_secs(120);
 
 impl Server {
     /// Starts a server on an OS-chosen port.
@@ -76,37 +41,18 @@ impl Server {
 
     /// As `start_on`, with the server's `--max-ttl`.
     pub async fn start_with(storage: &Storage, listen: &str, max_ttl: &str) -> Server {
-        let mut command = Command::new(tollgate_binary());
+        let mut command = clean_command(tollgate_binary());
         command
             .args(["serve", "--listen", listen, "--reclaim-grace", "PT30S", "--max-ttl", max_ttl])
             .env("TOLLGATE_ADMIN_TOKEN", ADMIN_TOKEN)
-            .env("TOLLGATE_GATEWAY_TOKEN", GATEWAY_TOKEN)
-            // `scripts/with-postgres` exports DATABASE_URL; a memory server
-            // must not pick it up.
-            .env_remove("DATABASE_URL")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true);
+            .env("TOLLGATE_GATEWAY_TOKEN", GATEWAY_TOKEN);
         if let Storage::Postgres { url } = storage {
             command.args(["--database-url", url]);
         }
-        let mut child = command.spawn().expect("the tollgate binary starts");
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let mut lines = BufReader::new(stdout).lines();
-        let address = tokio::time::timeout(STARTUP_MAX, async {
-            while let Some(line) = lines.next_line().await.expect("server stdout is readable") {
-                if let Some(address) = line.strip_prefix("listening on http://") {
-                    return address.parse::<SocketAddr>().expect("the printed address parses");
-                }
-            }
-            panic!("the server exited before printing its address");
-        })
-        .await
-        .expect("the server printed `listening on` in time");
-        // Keep reading so that a full pipe can never block the server.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Server { child, address }
+        match ServeProcess::start(command, Stderr::Inherit).await {
+            Ok(process) => Server { address: process.address(), process },
+            Err(failure) => panic!("tollgate serve exited with {} before listening", failure.status),
+        }
     }
 
     pub fn url(&self) -> String {
@@ -123,7 +69,7 @@ impl Server {
 
     /// SIGKILL: no graceful shutdown, requests in flight are cut off.
     pub async fn kill(&mut self) {
-        self.child.kill().await.expect("the server can be killed");
+        self.process.kill().await;
     }
 }
 
