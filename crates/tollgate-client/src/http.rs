@@ -551,7 +551,7 @@ impl TollgateClient {
 mod tests {
     use super::*;
 
-    fn api(status: u16, code: &str, message: &str, retryable: bool) -> ClientError {
+    pub(super) fn api(status: u16, code: &str, message: &str, retryable: bool) -> ClientError {
         ClientError {
             kind: ClientErrorKind::Api,
             status: Some(status),

@@ -390,19 +390,8 @@ fn overlong_field(event: &UsageEvent) -> Option<&'static str> {
 
 #[cfg(test)]
 mod tests {
+    use super::worker::tests::event;
     use super::*;
-
-    fn event(request_id: &str) -> UsageEvent {
-        UsageEvent {
-            request_id: request_id.to_owned(),
-            account_id: "a".to_owned(),
-            credential_id: "c".to_owned(),
-            units: 1,
-            occurred_at: Timestamp::UNIX_EPOCH,
-            lease_id: None,
-            fencing_token: None,
-        }
-    }
 
     #[test]
     fn record_errors_hand_the_event_back() {

@@ -139,17 +139,8 @@ pub(crate) fn ingest_error_of(error: &ClientError, events: usize) -> IngestError
 mod tests {
     use reqwest::StatusCode;
 
+    use super::super::tests::api;
     use super::*;
-
-    fn api(status: u16, code: &str, message: &str, retryable: bool) -> ClientError {
-        ClientError {
-            kind: ClientErrorKind::Api,
-            status: Some(status),
-            code: code.into(),
-            message: message.into(),
-            retryable,
-        }
-    }
 
     #[test]
     fn usage_failures_map_to_the_store_contract() {

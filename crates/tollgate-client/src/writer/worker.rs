@@ -344,12 +344,12 @@ async fn deadline_passed(deadline: &mut watch::Receiver<Option<Instant>>) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use jiff::Timestamp;
 
     use super::*;
 
-    fn event(request_id: &str) -> UsageEvent {
+    pub(in crate::writer) fn event(request_id: &str) -> UsageEvent {
         UsageEvent {
             request_id: request_id.to_owned(),
             account_id: "a".to_owned(),

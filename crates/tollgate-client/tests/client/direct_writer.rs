@@ -20,6 +20,8 @@ use tollgate_client::{
 use tollgate_core::{EventOutcome, GrantPolicy, IngestError, RejectReason, UsageEvent};
 use tollgate_store::{MemoryStore, Store, UsageSink};
 
+use crate::support::{Tenant, assert_accounted};
+
 /// What the faulty sink does with one call.
 #[derive(Debug, Clone)]
 enum Fault {
@@ -81,8 +83,7 @@ impl UsageSink for FaultySink {
 /// An account with credit, a credential and an active lease on a fresh store.
 struct Ledger {
     store: Arc<MemoryStore>,
-    account_id: String,
-    credential_id: String,
+    tenant: Tenant,
     lease_id: String,
     fencing_token: u64,
 }
@@ -98,8 +99,7 @@ impl Ledger {
         let lease = store.acquire(&account_id, 1_000, SignedDuration::from_hours(1), Timestamp::now()).await.unwrap();
         Self {
             store,
-            account_id,
-            credential_id: credential.credential.credential_id,
+            tenant: Tenant { account_id, credential_id: credential.credential.credential_id },
             lease_id: lease.lease.lease_id,
             fencing_token: lease.lease.fencing_token,
         }
@@ -107,24 +107,16 @@ impl Ledger {
 
     /// A usage event against the lease; `units` of it.
     fn leased(&self, request_id: &str, units: u64) -> UsageEvent {
-        UsageEvent {
-            request_id: request_id.to_owned(),
-            account_id: self.account_id.clone(),
-            credential_id: self.credential_id.clone(),
-            units,
-            occurred_at: Timestamp::now(),
-            lease_id: Some(self.lease_id.clone()),
-            fencing_token: Some(self.fencing_token),
-        }
+        self.tenant.leased(request_id, units, &self.lease_id, self.fencing_token)
     }
 
     /// An overage event: no lease, billed after the fact.
     fn overage(&self, request_id: &str, units: u64) -> UsageEvent {
-        UsageEvent { lease_id: None, fencing_token: None, ..self.leased(request_id, units) }
+        self.tenant.overage(request_id, units)
     }
 
     async fn billed(&self) -> u128 {
-        u128::from(self.store.account(&self.account_id).await.unwrap().account.billed)
+        u128::from(self.store.account(&self.tenant.account_id).await.unwrap().account.billed)
     }
 
     /// The ledger's three equations hold and the account billed exactly what
@@ -161,19 +153,6 @@ fn writer_with_losses(sink: Arc<dyn UsageSink>, config: WriterConfig) -> (UsageW
         .spawn()
         .unwrap();
     (writer, losses)
-}
-
-/// `recorded = accepted + duplicate + rejected + lost`, with nothing left
-/// queued or in flight, in events and in units.
-fn assert_accounted(stats: &WriterStats) {
-    assert!(stats.is_drained(), "{stats:#?}");
-    assert!(stats.is_conserved(), "{stats:#?}");
-    let mut sum = stats.accepted;
-    for part in [stats.duplicate, stats.rejected_total(), stats.lost_total()] {
-        sum.events += part.events;
-        sum.units += part.units;
-    }
-    assert_eq!(stats.recorded, sum, "{stats:#?}");
 }
 
 fn tally(events: u64, units: u128) -> Tally {

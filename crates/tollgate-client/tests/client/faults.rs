@@ -179,7 +179,7 @@ fn rewrite(answer: &[u8], from: &str, to: &str) -> Vec<u8> {
 
 /// One HTTP/1.1 message: its head, then `Content-Length` bytes of body; `None`
 /// when the peer closes first. The server answers every route with a length.
-async fn read_message(stream: &mut TcpStream) -> Option<Vec<u8>> {
+pub async fn read_message(stream: &mut TcpStream) -> Option<Vec<u8>> {
     let mut bytes = Vec::new();
     let mut chunk = [0u8; 16 * 1024];
     loop {

@@ -14,10 +14,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tollgate_client::{ClientConfig, ClientErrorKind, TollgateClient};
 
+use crate::faults::read_message;
 use crate::support::{ADMIN_TOKEN, GATEWAY_TOKEN, LEASE_TTL, Server, Storage, Tenant};
-
-/// The largest request the proxy reads; these tests send small bodies.
-const REQUEST_BYTES_MAX: usize = 64 * 1024;
 
 struct LosingProxy {
     address: SocketAddr,
@@ -62,33 +60,10 @@ impl LosingProxy {
 /// Forwards one whole request, waits for the first byte of the answer, and
 /// closes both connections.
 async fn lose_answer(mut client: TcpStream, mut server: TcpStream) {
-    let request = read_request(&mut client).await;
+    let request = read_message(&mut client).await.expect("a whole request");
     server.write_all(&request).await.expect("forward the request");
     let mut first = [0u8; 1];
     server.read_exact(&mut first).await.expect("the server answers");
-}
-
-/// One HTTP/1.1 request: its head, then `Content-Length` bytes of body.
-async fn read_request(client: &mut TcpStream) -> Vec<u8> {
-    let mut bytes = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        let read = client.read(&mut chunk).await.expect("read the request");
-        assert!(read > 0 && bytes.len() + read <= REQUEST_BYTES_MAX, "a whole, small request");
-        bytes.extend_from_slice(&chunk[..read]);
-        let Some(head_end) = bytes.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4) else {
-            continue;
-        };
-        let head = String::from_utf8_lossy(&bytes[..head_end]).to_ascii_lowercase();
-        let length: usize = head
-            .lines()
-            .find_map(|line| line.strip_prefix("content-length:"))
-            .map(|value| value.trim().parse().expect("a numeric content-length"))
-            .unwrap_or(0);
-        if bytes.len() >= head_end + length {
-            return bytes;
-        }
-    }
 }
 
 #[tokio::test]
@@ -138,7 +113,7 @@ async fn an_answer_longer_than_the_limit_is_refused_while_reading() {
     let counted = written.clone();
     tokio::spawn(async move {
         let (mut stream, _) = listener.accept().await.unwrap();
-        let _ = read_request(&mut stream).await;
+        let _ = read_message(&mut stream).await;
         let body_bytes = 4 * tollgate_client::RESPONSE_BYTES_MAX;
         let head = format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {body_bytes}\r\n\r\n");
         stream.write_all(head.as_bytes()).await.unwrap();
