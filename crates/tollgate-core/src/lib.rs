@@ -18,7 +18,8 @@ pub use clock::ClockSample;
 pub use error::{Error, ErrorKind, IngestError};
 pub use ids::validate_id;
 pub use ledger::{
-    Account, Credential, Equation, Grant, Lease, LeaseState, Settlement, Violation, check_conservation, settle,
+    Account, Balances, COUNTER_NAMES, COUNTERS, Credential, Equation, Grant, Lease, LeaseState, Settlement, Violation,
+    check_balances, check_conservation, settle,
 };
 pub use secret::{Secret, SecretHash};
 pub use time::{GrantPolicy, InstantError, InstantPair, PolicyError};
