@@ -93,8 +93,20 @@ impl Account {
         Self { account_id, credited, available, reserved, consumed, overage, billed, next_fence }
     }
 
-    /// Adds prepaid units. Idempotency on the credit id is the store's job: it
-    /// calls this only for a credit id it has not seen.
+    /// Applies a credit once per credit id: `recorded` is the units of the
+    /// credit already recorded under its id, if any. A repeat with the same
+    /// units changes nothing and returns `false`; one with other units is a
+    /// `credit_conflict`; a new credit is added (`credit`) and returns `true`.
+    pub fn credit_once(&mut self, recorded: Option<u64>, units: u64, domain: UnitDomain) -> Result<bool, Error> {
+        match recorded {
+            Some(existing_units) if existing_units != units => Err(Error::CreditConflict { existing_units }),
+            Some(_) => Ok(false),
+            None => self.credit(units, domain).map(|()| true),
+        }
+    }
+
+    /// Adds prepaid units. Idempotency on the credit id is `credit_once`'s
+    /// job: this adds them unconditionally.
     pub fn credit(&mut self, units: u64, domain: UnitDomain) -> Result<(), Error> {
         if units == 0 {
             return Err(Error::InvalidUnits);
@@ -435,6 +447,20 @@ pub struct Credential {
 }
 
 impl Credential {
+    /// A credential issued at `now`: not revoked, not yet used.
+    pub fn issued(credential_id: String, account_id: String, label: String, now: Timestamp) -> Self {
+        Self {
+            credential_id,
+            account_id,
+            label,
+            created_at: now,
+            revoked_at: None,
+            last_used_at: None,
+            accepted_events: 0,
+            accepted_units: 0,
+        }
+    }
+
     /// Revokes at `now`; revoking again keeps the first revocation time.
     pub fn revoke(&mut self, now: Timestamp) {
         self.revoked_at.get_or_insert(now);
@@ -480,6 +506,35 @@ mod tests {
         );
         let account = Account::with_counters("c".into(), [10, 3, 5, 2, 1, 7, 9]);
         assert_eq!(Balances::from(&account), balances);
+    }
+
+    #[test]
+    fn a_credit_applies_once_per_credit_id() {
+        let mut account = Account::new("a".into());
+        assert_eq!(account.credit_once(None, 7, D), Ok(true));
+        assert_eq!((account.credited, account.available), (7, 7));
+        assert_eq!(account.credit_once(Some(7), 7, D), Ok(false));
+        assert_eq!(account.credit_once(Some(5), 7, D), Err(Error::CreditConflict { existing_units: 5 }));
+        assert_eq!((account.credited, account.available), (7, 7));
+        assert_eq!(account.credit_once(None, 0, D), Err(Error::InvalidUnits));
+    }
+
+    #[test]
+    fn an_issued_credential_is_unrevoked_and_unused() {
+        let credential = Credential::issued("c".into(), "a".into(), "gw".into(), at(5));
+        assert_eq!(
+            credential,
+            Credential {
+                credential_id: "c".into(),
+                account_id: "a".into(),
+                label: "gw".into(),
+                created_at: at(5),
+                revoked_at: None,
+                last_used_at: None,
+                accepted_events: 0,
+                accepted_units: 0,
+            }
+        );
     }
 
     #[test]

@@ -22,7 +22,7 @@ pub use ledger::{
     check_balances, check_conservation, settle,
 };
 pub use secret::{Secret, SecretHash};
-pub use time::{GrantPolicy, InstantError, InstantPair, PolicyError};
+pub use time::{GrantPolicy, InstantError, InstantPair, PolicyError, ReclaimPass};
 pub use units::UnitDomain;
 pub use usage::{EventOutcome, IngestPlan, Outcome, RejectReason, UsageEvent, UsageSnapshot, UsageView};
 

@@ -49,15 +49,15 @@ impl Engine {
                 .await
                 .map_err(storage_error)?;
             let active_leases = active.unsigned_abs();
-            if let Some(existing_units) = existing_units {
-                let existing_units = u64::try_from(existing_units)
-                    .map_err(|_| corrupt(format!("credit {account_id}/{credit_id}: units is {existing_units}")))?;
-                if existing_units != units {
-                    return Err(Error::CreditConflict { existing_units });
-                }
+            let recorded = existing_units
+                .map(|units| {
+                    u64::try_from(units)
+                        .map_err(|_| corrupt(format!("credit {account_id}/{credit_id}: units is {units}")))
+                })
+                .transpose()?;
+            if !account.credit_once(recorded, units, DOMAIN)? {
                 return Ok(CreditReceipt { account: view_of(account, active_leases), created: false });
             }
-            account.credit(units, DOMAIN)?;
             sqlx::query(CREDIT_SQL)
                 .bind(account_id)
                 .bind(credit_id)

@@ -21,16 +21,7 @@ pub(super) async fn insert_credential(
     now: Timestamp,
 ) -> Result<IssuedCredential, Error> {
     let key = new_credential_key();
-    let credential = Credential {
-        credential_id: new_credential_id(),
-        account_id: account_id.to_owned(),
-        label: label.to_owned(),
-        created_at: now,
-        revoked_at: None,
-        last_used_at: None,
-        accepted_events: 0,
-        accepted_units: 0,
-    };
+    let credential = Credential::issued(new_credential_id(), account_id.to_owned(), label.to_owned(), now);
     let created = InstantPair::encode(now);
     let inserted = sqlx::query(INSERT_CREDENTIAL_SQL)
         .bind(&credential.credential_id)
@@ -106,21 +97,7 @@ impl Engine {
             .await
             .map_err(storage_error)?;
         let record = row.map(CredentialRow::decode).transpose()?.filter(|record| record.key.matches(key));
-        Ok(match record {
-            None => {
-                Verification { valid: false, credential_id: None, account_id: None, reason: Some("unknown_credential") }
-            }
-            Some(record) => {
-                let credential = record.credential;
-                let revoked = credential.revoked_at.is_some();
-                Verification {
-                    valid: !revoked,
-                    credential_id: Some(credential.credential_id),
-                    account_id: Some(credential.account_id),
-                    reason: revoked.then_some("credential_revoked"),
-                }
-            }
-        })
+        Ok(Verification::of(record.as_ref().map(|record| &record.credential)))
     }
 
     pub(super) async fn revoke(

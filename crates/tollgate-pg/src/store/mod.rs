@@ -52,7 +52,7 @@ use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use sqlx::{PgConnection, PgPool};
 use tollgate_core::{
-    Credential, Error, EventOutcome, GrantPolicy, IngestError, InstantPair, Lease, UnitDomain, UsageEvent,
+    Credential, Error, EventOutcome, GrantPolicy, IngestError, InstantPair, Lease, ReclaimPass, UnitDomain, UsageEvent,
 };
 use tollgate_store::{
     AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, LeaseHandle,
@@ -280,14 +280,10 @@ impl Store for Engine {
     }
 
     async fn reclaim(&self, now: Timestamp, limit: u32) -> Result<ReclaimReport, Error> {
-        let limit = limit.min(self.policy.reclaim_batch_max());
-        let Some(cutoff) = self.policy.reclaim_cutoff(now) else {
+        let ReclaimPass { limit, cutoff } = self.policy.reclaim_pass(now, limit);
+        let Some(cutoff) = cutoff.map(InstantPair::encode) else {
             return Ok(ReclaimReport { limit, ..ReclaimReport::default() });
         };
-        if limit == 0 {
-            return Ok(ReclaimReport { limit, ..ReclaimReport::default() });
-        }
-        let cutoff = InstantPair::encode(cutoff);
         if let Attempt::Done(report) = self.reclaim_unlocked(now, cutoff, limit).await? {
             return Ok(report);
         }
