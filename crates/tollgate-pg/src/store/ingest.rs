@@ -5,8 +5,9 @@
 use std::collections::HashSet;
 
 use jiff::Timestamp;
+use sqlx::PgConnection;
 use tollgate_core::usage::{self, UsageSnapshot};
-use tollgate_core::{BATCH_EVENTS_MAX, EventOutcome, IngestError, UsageEvent};
+use tollgate_core::{BATCH_EVENTS_MAX, Error, EventOutcome, IngestError, UsageEvent};
 
 use super::errors::{ingest_error, storage_error};
 use super::load::{Busy, lock_accounts, lock_leases, rollback, sorted_ids};
@@ -25,49 +26,9 @@ impl Engine {
         if batch.len() > BATCH_EVENTS_MAX {
             return Err(IngestError::BatchTooLarge { events: batch.len(), max: BATCH_EVENTS_MAX });
         }
-        let account_ids = sorted_ids(batch.iter().map(|e| e.account_id.as_str()));
-        let lease_ids = sorted_ids(batch.iter().filter_map(|e| e.lease_id.as_deref()));
-        let credential_ids = sorted_ids(batch.iter().map(|e| e.credential_id.as_str()));
-        let request_ids = sorted_ids(batch.iter().map(|e| e.request_id.as_str()));
-
         let mut tx = self.begin().await.map_err(ingest_error)?;
         let result: Result<Vec<EventOutcome>, IngestError> = async {
-            let mut snapshot = UsageSnapshot {
-                accounts: lock_accounts(&mut tx, &account_ids, Busy::Wait)
-                    .await
-                    .map_err(ingest_error)?
-                    .into_iter()
-                    .collect(),
-                ..UsageSnapshot::default()
-            };
-            if !lease_ids.is_empty() {
-                let locked: Vec<String> = snapshot.accounts.keys().cloned().collect();
-                snapshot.leases = lock_leases(&mut tx, &lease_ids, &locked)
-                    .await
-                    .map_err(ingest_error)?
-                    .into_iter()
-                    .map(|(id, record)| (id, record.lease))
-                    .collect();
-            }
-            let credentials: Vec<CredentialRow> = sqlx::query_as(LOCK_CREDENTIALS_SQL)
-                .bind(&credential_ids)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(|e| ingest_error(storage_error(e)))?;
-            for row in credentials {
-                let record = row.decode().map_err(ingest_error)?;
-                snapshot.credentials.insert(record.credential.credential_id.clone(), record.credential);
-            }
-            // Read after the account locks, so no accepted ID of these accounts can
-            // be missing from this statement's snapshot.
-            let recorded: Vec<(String, String)> = sqlx::query_as(RECORDED_EVENTS_SQL)
-                .bind(&account_ids)
-                .bind(&request_ids)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(|e| ingest_error(storage_error(e)))?;
-            snapshot.recorded = recorded.into_iter().collect::<HashSet<_>>();
-
+            let snapshot = load_snapshot(&mut tx, batch).await.map_err(ingest_error)?;
             let plan = usage::classify(batch, now, &self.policy, DOMAIN, &snapshot)?;
             if plan.accepted.is_empty() {
                 return Ok(plan.outcomes);
@@ -94,4 +55,43 @@ impl Engine {
             }
         }
     }
+}
+
+/// Locks and reads what a batch names: its accounts, then those of its leases
+/// that belong to them, then its credentials, and the request ids of these
+/// accounts already accepted.
+async fn load_snapshot(conn: &mut PgConnection, batch: &[UsageEvent]) -> Result<UsageSnapshot, Error> {
+    let account_ids = sorted_ids(batch.iter().map(|e| e.account_id.as_str()));
+    let lease_ids = sorted_ids(batch.iter().filter_map(|e| e.lease_id.as_deref()));
+    let credential_ids = sorted_ids(batch.iter().map(|e| e.credential_id.as_str()));
+    let request_ids = sorted_ids(batch.iter().map(|e| e.request_id.as_str()));
+
+    let mut snapshot = UsageSnapshot {
+        accounts: lock_accounts(conn, &account_ids, Busy::Wait).await?.into_iter().collect(),
+        ..UsageSnapshot::default()
+    };
+    if !lease_ids.is_empty() {
+        let locked: Vec<String> = snapshot.accounts.keys().cloned().collect();
+        snapshot.leases =
+            lock_leases(conn, &lease_ids, &locked).await?.into_iter().map(|(id, record)| (id, record.lease)).collect();
+    }
+    let credentials: Vec<CredentialRow> = sqlx::query_as(LOCK_CREDENTIALS_SQL)
+        .bind(&credential_ids)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(storage_error)?;
+    for row in credentials {
+        let record = row.decode()?;
+        snapshot.credentials.insert(record.credential.credential_id.clone(), record.credential);
+    }
+    // Read after the account locks, so no accepted ID of these accounts can
+    // be missing from this statement's snapshot.
+    let recorded: Vec<(String, String)> = sqlx::query_as(RECORDED_EVENTS_SQL)
+        .bind(&account_ids)
+        .bind(&request_ids)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(storage_error)?;
+    snapshot.recorded = recorded.into_iter().collect::<HashSet<_>>();
+    Ok(snapshot)
 }

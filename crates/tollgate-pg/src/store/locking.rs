@@ -8,10 +8,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use jiff::{SignedDuration, Timestamp};
 use sqlx::PgConnection;
 use tollgate_core::ledger;
-use tollgate_core::{Error, InstantPair};
+use tollgate_core::{Account, Error, InstantPair, Lease};
 use tollgate_store::{
-    Consolidated, IssuedLease, LeaseHandle, ReclaimReport, ReclaimedLease, Released, new_capability, new_lease_id,
-    reclaim_read_max,
+    Consolidated, IssuedLease, LeaseHandle, ReclaimReport, ReclaimedLease, Released, SkippedLease, new_capability,
+    new_lease_id, reclaim_read_max,
 };
 
 use super::errors::storage_error;
@@ -109,41 +109,9 @@ impl Engine {
         cutoff: InstantPair,
         limit: u32,
     ) -> Result<ReclaimReport, Error> {
-        let rows: Vec<LeaseRow> = sqlx::query_as(LOCK_DUE_SQL)
-            .bind(cutoff.floor_us)
-            .bind(cutoff.submicro_ns)
-            .bind(i64::from(reclaim_read_max(limit)))
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(storage_error)?;
-        let mut skipped = Vec::new();
-        let mut due = Vec::with_capacity(rows.len());
-        for row in rows {
-            if due.len() == limit as usize {
-                break;
-            }
-            let (lease_id, account_id) = (row.lease_id.clone(), row.lease_account_id.clone());
-            match row.decode() {
-                Ok(record) => due.push(record.lease),
-                Err(error) => skipped.push(skip(&lease_id, &account_id, &error)),
-            }
-        }
-        due.sort_by(|a, b| (&a.account_id, &a.lease_id).cmp(&(&b.account_id, &b.lease_id)));
+        let (due, mut skipped) = lock_due(tx, cutoff, limit).await?;
         let account_ids = sorted_ids(due.iter().map(|l| l.account_id.as_str()));
-        let mut accounts = BTreeMap::new();
-        let mut corrupt_accounts = HashMap::new();
-        for row in lock_account_rows(tx, &account_ids, Busy::Skip).await? {
-            let account_id = row.account_id.clone();
-            match row.decode() {
-                Ok(account) => {
-                    accounts.insert(account_id, account);
-                }
-                Err(error) => {
-                    corrupt_accounts.insert(account_id, error);
-                }
-            }
-        }
-
+        let (mut accounts, corrupt_accounts) = lock_due_accounts(tx, &account_ids).await?;
         let mut reclaimed = Vec::with_capacity(due.len());
         let mut changes = Changes::default();
         for mut lease in due {
@@ -175,4 +143,56 @@ impl Engine {
         }
         Ok(ReclaimReport { reclaimed, skipped, limit })
     }
+}
+
+/// Locks up to `limit` due leases (skipping those another transaction holds),
+/// decoded, in account order; a lease whose row does not decode is skipped.
+async fn lock_due(
+    tx: &mut PgConnection,
+    cutoff: InstantPair,
+    limit: u32,
+) -> Result<(Vec<Lease>, Vec<SkippedLease>), Error> {
+    let rows: Vec<LeaseRow> = sqlx::query_as(LOCK_DUE_SQL)
+        .bind(cutoff.floor_us)
+        .bind(cutoff.submicro_ns)
+        .bind(i64::from(reclaim_read_max(limit)))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(storage_error)?;
+    let mut skipped = Vec::new();
+    let mut due = Vec::with_capacity(rows.len());
+    for row in rows {
+        if due.len() == limit as usize {
+            break;
+        }
+        let (lease_id, account_id) = (row.lease_id.clone(), row.lease_account_id.clone());
+        match row.decode() {
+            Ok(record) => due.push(record.lease),
+            Err(error) => skipped.push(skip(&lease_id, &account_id, &error)),
+        }
+    }
+    due.sort_by(|a, b| (&a.account_id, &a.lease_id).cmp(&(&b.account_id, &b.lease_id)));
+    Ok((due, skipped))
+}
+
+/// Locks the due leases' accounts that no other transaction holds, decoded;
+/// the accounts whose rows do not decode come apart, with their errors.
+async fn lock_due_accounts(
+    tx: &mut PgConnection,
+    account_ids: &[String],
+) -> Result<(BTreeMap<String, Account>, HashMap<String, Error>), Error> {
+    let mut accounts = BTreeMap::new();
+    let mut corrupt_accounts = HashMap::new();
+    for row in lock_account_rows(tx, account_ids, Busy::Skip).await? {
+        let account_id = row.account_id.clone();
+        match row.decode() {
+            Ok(account) => {
+                accounts.insert(account_id, account);
+            }
+            Err(error) => {
+                corrupt_accounts.insert(account_id, error);
+            }
+        }
+    }
+    Ok((accounts, corrupt_accounts))
 }

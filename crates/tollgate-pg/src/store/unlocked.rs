@@ -62,7 +62,9 @@ use tollgate_store::{IssuedLease, ReclaimReport, ReclaimedLease, Released, Skipp
 
 use super::errors::{corrupt, db_i64, out_of_range, storage_error};
 use super::load::{held, load_account, load_held};
-use super::rows::{AccountRow, HeldLeaseRow, LeaseRow, WrittenAccountRow, WrittenHeldRow, counters, difference};
+use super::rows::{
+    AccountRow, HeldLeaseRow, LeaseRecord, LeaseRow, WrittenAccountRow, WrittenHeldRow, counters, difference,
+};
 use super::sql::{
     ACQUIRE_IF_UNCHANGED_SQL, READ_ACCOUNT_SQL, READ_DUE_SQL, READ_HELD_LEASE_SQL, RELEASE_GUESSED_IF_UNCHANGED_SQL,
     RELEASE_READ_IF_UNCHANGED_SQL, SETTLE_IF_UNCHANGED_SQL,
@@ -107,6 +109,51 @@ async fn settle_if_unchanged(conn: &mut PgConnection, settling: &[Settling]) -> 
     let result = query.fetch_all(&mut *conn).await;
     match result {
         Ok(ids) => Ok(Some(ids.into_iter().collect())),
+        Err(error) if out_of_range(&error) => Ok(None),
+        Err(error) => Err(storage_error(error)),
+    }
+}
+
+/// What a release decided on: the account and lease as viewed, and whether
+/// the view is a guess (`Guesses`) rather than a read.
+struct ReleaseView<'a> {
+    account: &'a Account,
+    lease: &'a Lease,
+    record: &'a LeaseRecord,
+    guessed: bool,
+}
+
+/// Writes a release decided on `view` (`RELEASE_GUESSED_IF_UNCHANGED_SQL` for
+/// a guess, `RELEASE_READ_IF_UNCHANGED_SQL` for a read), moving the lease to
+/// `state` and the account to `account`. `None` when PostgreSQL refused the
+/// write for its ranges (nothing was written); `Some(None)` when the lease
+/// does not exist.
+async fn release_if_unchanged(
+    conn: &mut PgConnection,
+    view: ReleaseView<'_>,
+    account: &Account,
+    state: LeaseState,
+) -> Result<Option<Option<WrittenHeldRow>>, Error> {
+    let ReleaseView { account: account_before, lease: lease_before, record, guessed } = view;
+    let sql = if guessed { RELEASE_GUESSED_IF_UNCHANGED_SQL } else { RELEASE_READ_IF_UNCHANGED_SQL };
+    let expiry = InstantPair::encode(lease_before.expiry);
+    let mut query = sqlx::query_as::<_, WrittenHeldRow>(sql)
+        .bind(&lease_before.lease_id)
+        .bind(&lease_before.account_id)
+        .bind(db_i64(lease_before.used, "lease_used")?)
+        .bind(state.as_str())
+        .bind(difference(account_before, account)?)
+        .bind(db_i64(lease_before.fencing_token, "fencing_token")?)
+        .bind(record.capability.as_bytes().to_vec())
+        .bind(db_i64(lease_before.granted, "granted")?)
+        .bind(expiry.floor_us)
+        .bind(expiry.submicro_ns)
+        .bind(lease_before.expiry_is_upper_bound);
+    if guessed {
+        query = query.bind(counters(account_before)?);
+    }
+    match query.fetch_optional(&mut *conn).await {
+        Ok(found) => Ok(Some(found)),
         Err(error) if out_of_range(&error) => Ok(None),
         Err(error) => Err(storage_error(error)),
     }
@@ -210,30 +257,10 @@ impl Engine {
                 }
                 Err(refusal) => return Err(refusal),
             };
-            let sql = if guessed { RELEASE_GUESSED_IF_UNCHANGED_SQL } else { RELEASE_READ_IF_UNCHANGED_SQL };
-            let expiry = InstantPair::encode(lease_before.expiry);
-            let mut query = sqlx::query_as::<_, WrittenHeldRow>(sql)
-                .bind(lease_id)
-                .bind(&lease_before.account_id)
-                .bind(db_i64(lease_before.used, "lease_used")?)
-                .bind(lease.state.as_str())
-                .bind(difference(&account_before, &account)?)
-                .bind(db_i64(lease_before.fencing_token, "fencing_token")?)
-                .bind(record.capability.as_bytes().to_vec())
-                .bind(db_i64(lease_before.granted, "granted")?)
-                .bind(expiry.floor_us)
-                .bind(expiry.submicro_ns)
-                .bind(lease_before.expiry_is_upper_bound);
-            if guessed {
-                query = query.bind(counters(&account_before)?);
-            }
-            let found = match query.fetch_optional(&mut *conn).await {
-                Ok(found) => found,
-                Err(error) if out_of_range(&error) => {
-                    self.guesses.forget(&lease_before.account_id, Some(lease_id));
-                    return Ok(Attempt::Conflict);
-                }
-                Err(error) => return Err(storage_error(error)),
+            let view = ReleaseView { account: &account_before, lease: &lease_before, record: &record, guessed };
+            let Some(found) = release_if_unchanged(&mut conn, view, &account, lease.state).await? else {
+                self.guesses.forget(&lease_before.account_id, Some(lease_id));
+                return Ok(Attempt::Conflict);
             };
             let Some(found) = found else {
                 self.guesses.forget(&lease_before.account_id, Some(lease_id));
