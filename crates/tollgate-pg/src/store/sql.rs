@@ -133,6 +133,13 @@ pub(super) const WRITTEN_COUNTER_NAMES: [&str; 7] = [
     "written_next_fence",
 ];
 
+// ------------------------------------------------------------- transactions
+
+/// A transaction's control statements, which `Tx` sends.
+pub(super) const BEGIN_SQL: &str = "BEGIN";
+pub(super) const COMMIT_SQL: &str = "COMMIT";
+pub(super) const ROLLBACK_SQL: &str = "ROLLBACK";
+
 // ----------------------------------------------------------------- accounts
 
 /// A new account with the core's initial counters ($2, in `COUNTER_NAMES`
