@@ -68,13 +68,45 @@ pub struct Account {
     pub next_fence: u64,
 }
 
+/// The names of an account's counters, in their one order: the order of
+/// `Account::counters`, of the counter columns of `tollgate_accounts`, and of
+/// every array of counters a store binds.
+pub const COUNTER_NAMES: [&str; COUNTERS] =
+    ["credited", "available", "reserved", "consumed", "overage", "billed", "next_fence"];
+
+/// How many counters an account has.
+pub const COUNTERS: usize = 7;
+
 impl Account {
     pub fn new(account_id: String) -> Self {
         Self { account_id, credited: 0, available: 0, reserved: 0, consumed: 0, overage: 0, billed: 0, next_fence: 1 }
     }
 
-    /// Adds prepaid units. Idempotency on the credit id is the store's job: it
-    /// calls this only for a credit id it has not seen.
+    /// The counters in `COUNTER_NAMES` order.
+    pub fn counters(&self) -> [u64; COUNTERS] {
+        [self.credited, self.available, self.reserved, self.consumed, self.overage, self.billed, self.next_fence]
+    }
+
+    /// An account with the counters in `COUNTER_NAMES` order.
+    pub fn with_counters(account_id: String, counters: [u64; COUNTERS]) -> Self {
+        let [credited, available, reserved, consumed, overage, billed, next_fence] = counters;
+        Self { account_id, credited, available, reserved, consumed, overage, billed, next_fence }
+    }
+
+    /// Applies a credit once per credit id: `recorded` is the units of the
+    /// credit already recorded under its id, if any. A repeat with the same
+    /// units changes nothing and returns `false`; one with other units is a
+    /// `credit_conflict`; a new credit is added (`credit`) and returns `true`.
+    pub fn credit_once(&mut self, recorded: Option<u64>, units: u64, domain: UnitDomain) -> Result<bool, Error> {
+        match recorded {
+            Some(existing_units) if existing_units != units => Err(Error::CreditConflict { existing_units }),
+            Some(_) => Ok(false),
+            None => self.credit(units, domain).map(|()| true),
+        }
+    }
+
+    /// Adds prepaid units. Idempotency on the credit id is `credit_once`'s
+    /// job: this adds them unconditionally.
     pub fn credit(&mut self, units: u64, domain: UnitDomain) -> Result<(), Error> {
         if units == 0 {
             return Err(Error::InvalidUnits);
@@ -342,35 +374,60 @@ impl std::fmt::Display for Violation {
     }
 }
 
+/// The six counters the conservation equations read (all but the fence).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Balances {
+    pub credited: u64,
+    pub available: u64,
+    pub reserved: u64,
+    pub consumed: u64,
+    pub overage: u64,
+    pub billed: u64,
+}
+
+impl From<&Account> for Balances {
+    fn from(account: &Account) -> Self {
+        let Account { credited, available, reserved, consumed, overage, billed, .. } = *account;
+        Self { credited, available, reserved, consumed, overage, billed }
+    }
+}
+
 /// Checks the three equations for one account against its leases (any state;
-/// only active ones count). Sums are taken in `u128` so a corrupt store cannot make
-/// the checker itself overflow.
+/// only active ones count).
 pub fn check_conservation<'a>(account: &Account, leases: impl IntoIterator<Item = &'a Lease>) -> Vec<Violation> {
+    let active = leases.into_iter().filter(|lease| lease.state == LeaseState::Active);
+    check_balances(&account.account_id, &Balances::from(account), active.map(|lease| (lease.granted, lease.used)))
+}
+
+/// Checks the three equations for one account's balances against the
+/// `(granted, used)` of each of its active leases: what a store that loads
+/// only those columns checks. Sums are taken in `u128` so a corrupt store
+/// cannot make the checker itself overflow.
+pub fn check_balances(
+    account_id: &str,
+    balances: &Balances,
+    active: impl IntoIterator<Item = (u64, u64)>,
+) -> Vec<Violation> {
     let mut granted_active: u128 = 0;
     let mut used_active: u128 = 0;
-    for lease in leases {
-        if lease.state == LeaseState::Active {
-            granted_active += u128::from(lease.granted);
-            used_active += u128::from(lease.used);
-        }
+    for (granted, used) in active {
+        granted_active += u128::from(granted);
+        used_active += u128::from(used);
     }
+    let b = balances;
     let sides = [
         (
             Equation::Balance,
-            u128::from(account.credited),
-            u128::from(account.available) + u128::from(account.reserved) + u128::from(account.consumed),
+            u128::from(b.credited),
+            u128::from(b.available) + u128::from(b.reserved) + u128::from(b.consumed),
         ),
-        (Equation::Reserved, u128::from(account.reserved), granted_active),
-        (
-            Equation::Billed,
-            u128::from(account.billed),
-            u128::from(account.consumed) + u128::from(account.overage) + used_active,
-        ),
+        (Equation::Reserved, u128::from(b.reserved), granted_active),
+        (Equation::Billed, u128::from(b.billed), u128::from(b.consumed) + u128::from(b.overage) + used_active),
     ];
     sides
         .into_iter()
         .filter(|(_, left, right)| left != right)
-        .map(|(equation, left, right)| Violation { account_id: account.account_id.clone(), equation, left, right })
+        .map(|(equation, left, right)| Violation { account_id: account_id.to_owned(), equation, left, right })
         .collect()
 }
 
@@ -390,6 +447,20 @@ pub struct Credential {
 }
 
 impl Credential {
+    /// A credential issued at `now`: not revoked, not yet used.
+    pub fn issued(credential_id: String, account_id: String, label: String, now: Timestamp) -> Self {
+        Self {
+            credential_id,
+            account_id,
+            label,
+            created_at: now,
+            revoked_at: None,
+            last_used_at: None,
+            accepted_events: 0,
+            accepted_units: 0,
+        }
+    }
+
     /// Revokes at `now`; revoking again keeps the first revocation time.
     pub fn revoke(&mut self, now: Timestamp) {
         self.revoked_at.get_or_insert(now);
@@ -414,6 +485,67 @@ mod tests {
 
     fn at(ns: i128) -> Timestamp {
         Timestamp::from_nanosecond(ns).unwrap()
+    }
+
+    #[test]
+    fn balances_are_checked_over_granted_and_used_pairs() {
+        let balances = Balances { credited: 10, available: 3, reserved: 5, consumed: 2, overage: 1, billed: 7 };
+        assert_eq!(check_balances("a", &balances, [(2, 1), (3, 3)]), vec![]);
+        let violations = check_balances("a", &balances, [(2, 1)]);
+        assert_eq!(
+            violations,
+            vec![
+                Violation { account_id: "a".into(), equation: Equation::Reserved, left: 5, right: 2 },
+                Violation { account_id: "a".into(), equation: Equation::Billed, left: 7, right: 4 },
+            ]
+        );
+        let broken = Balances { available: 4, ..balances };
+        assert_eq!(
+            check_balances("b", &broken, [(2, 1), (3, 3)]),
+            vec![Violation { account_id: "b".into(), equation: Equation::Balance, left: 10, right: 11 }]
+        );
+        let account = Account::with_counters("c".into(), [10, 3, 5, 2, 1, 7, 9]);
+        assert_eq!(Balances::from(&account), balances);
+    }
+
+    #[test]
+    fn a_credit_applies_once_per_credit_id() {
+        let mut account = Account::new("a".into());
+        assert_eq!(account.credit_once(None, 7, D), Ok(true));
+        assert_eq!((account.credited, account.available), (7, 7));
+        assert_eq!(account.credit_once(Some(7), 7, D), Ok(false));
+        assert_eq!(account.credit_once(Some(5), 7, D), Err(Error::CreditConflict { existing_units: 5 }));
+        assert_eq!((account.credited, account.available), (7, 7));
+        assert_eq!(account.credit_once(None, 0, D), Err(Error::InvalidUnits));
+    }
+
+    #[test]
+    fn an_issued_credential_is_unrevoked_and_unused() {
+        let credential = Credential::issued("c".into(), "a".into(), "gw".into(), at(5));
+        assert_eq!(
+            credential,
+            Credential {
+                credential_id: "c".into(),
+                account_id: "a".into(),
+                label: "gw".into(),
+                created_at: at(5),
+                revoked_at: None,
+                last_used_at: None,
+                accepted_events: 0,
+                accepted_units: 0,
+            }
+        );
+    }
+
+    #[test]
+    fn counters_follow_the_names_order_both_ways() {
+        let account = Account::with_counters("a".into(), [1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!((account.credited, account.available, account.reserved, account.consumed), (1, 2, 3, 4));
+        assert_eq!((account.overage, account.billed, account.next_fence), (5, 6, 7));
+        assert_eq!(account.counters(), [1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(account.account_id, "a");
+        assert_eq!(COUNTER_NAMES.len(), COUNTERS);
+        assert_eq!(COUNTER_NAMES[6], "next_fence");
     }
 
     fn funded(units: u64) -> Account {

@@ -18,10 +18,11 @@ pub use clock::ClockSample;
 pub use error::{Error, ErrorKind, IngestError};
 pub use ids::validate_id;
 pub use ledger::{
-    Account, Credential, Equation, Grant, Lease, LeaseState, Settlement, Violation, check_conservation, settle,
+    Account, Balances, COUNTER_NAMES, COUNTERS, Credential, Equation, Grant, Lease, LeaseState, Settlement, Violation,
+    check_balances, check_conservation, settle,
 };
 pub use secret::{Secret, SecretHash};
-pub use time::{GrantPolicy, InstantError, InstantPair, PolicyError};
+pub use time::{GrantPolicy, InstantError, InstantPair, PolicyError, ReclaimPass};
 pub use units::UnitDomain;
 pub use usage::{EventOutcome, IngestPlan, Outcome, RejectReason, UsageEvent, UsageSnapshot, UsageView};
 

@@ -85,6 +85,16 @@ impl GrantPolicy {
         now.checked_add(ttl_effective).map_err(|_| Error::ExpiryOutOfRange)
     }
 
+    /// The bounds of one reclaim pass at `now` asked to settle up to `limit`
+    /// leases: the limit clamped to `reclaim_batch_max`, and the cutoff, which
+    /// is `None` when nothing can be due (the cutoff underflows, or the pass
+    /// may settle none).
+    pub fn reclaim_pass(&self, now: Timestamp, limit: u32) -> ReclaimPass {
+        let limit = limit.min(self.reclaim_batch_max);
+        let cutoff = if limit == 0 { None } else { self.reclaim_cutoff(now) };
+        ReclaimPass { limit, cutoff }
+    }
+
     /// `now - reclaim_grace` in checked arithmetic. `None` means the subtraction
     /// underflows the domain, so no representable expiry is due.
     pub fn reclaim_cutoff(&self, now: Timestamp) -> Option<Timestamp> {
@@ -170,6 +180,15 @@ pub fn legacy_upper_bound(expires_at_us: i64) -> Result<Timestamp, InstantError>
     InstantPair::decode(expires_at_us, submicro_ns)
 }
 
+/// What one reclaim pass may settle (`GrantPolicy::reclaim_pass`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReclaimPass {
+    /// The most leases the pass settles.
+    pub limit: u32,
+    /// Leases expiring at or before it are due; `None`: the pass has nothing to do.
+    pub cutoff: Option<Timestamp>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,6 +203,18 @@ mod tests {
         assert_eq!(InstantPair::encode(Timestamp::MAX), InstantPair { floor_us: FLOOR_US_MAX, submicro_ns: 999 });
         assert_eq!(Timestamp::MIN.as_second(), -377_705_023_201);
         assert_eq!(Timestamp::MAX.as_second(), 253_402_207_200);
+    }
+
+    #[test]
+    fn a_reclaim_pass_is_bounded_by_the_policy() {
+        let policy = GrantPolicy::new(SignedDuration::from_secs(1), SignedDuration::from_nanos(5), 10).unwrap();
+        let now = Timestamp::from_nanosecond(100).unwrap();
+        let cutoff = Some(Timestamp::from_nanosecond(95).unwrap());
+        assert_eq!(policy.reclaim_pass(now, 3), ReclaimPass { limit: 3, cutoff });
+        assert_eq!(policy.reclaim_pass(now, 10), ReclaimPass { limit: 10, cutoff });
+        assert_eq!(policy.reclaim_pass(now, 11), ReclaimPass { limit: 10, cutoff });
+        assert_eq!(policy.reclaim_pass(now, 0), ReclaimPass { limit: 0, cutoff: None });
+        assert_eq!(policy.reclaim_pass(Timestamp::MIN, 3), ReclaimPass { limit: 3, cutoff: None });
     }
 
     #[test]

@@ -183,8 +183,8 @@ pub fn classify(
         } else {
             match validate(event, now, policy, domain, view) {
                 Err(reason) => Outcome::Rejected(reason),
-                Ok(()) => {
-                    apply(&mut plan, event, domain, view)?;
+                Ok(validated) => {
+                    apply(&mut plan, event, domain, validated)?;
                     claimed.insert(key);
                     plan.accepted.push(index);
                     Outcome::Accepted
@@ -196,22 +196,28 @@ pub fn classify(
     Ok(plan)
 }
 
-fn validate(
+/// The rows an event was validated against, as the view holds them: what
+/// `apply` starts from when the plan holds no newer copy.
+struct Validated<'v> {
+    account: &'v Account,
+    lease: Option<&'v Lease>,
+    credential: &'v Credential,
+}
+
+fn validate<'v>(
     event: &UsageEvent,
     now: Timestamp,
     policy: &GrantPolicy,
     domain: UnitDomain,
-    view: &impl UsageView,
-) -> Result<(), RejectReason> {
+    view: &'v impl UsageView,
+) -> Result<Validated<'v>, RejectReason> {
     if !is_valid_request_id(&event.request_id) {
         return Err(RejectReason::InvalidRequestId);
     }
     if !domain.contains(event.units) {
         return Err(RejectReason::UnitsOutOfRange);
     }
-    if view.account(&event.account_id).is_none() {
-        return Err(RejectReason::UnknownAccount);
-    }
+    let account = view.account(&event.account_id).ok_or(RejectReason::UnknownAccount)?;
     let credential = view.credential(&event.credential_id).ok_or(RejectReason::UnknownCredential)?;
     if credential.account_id != event.account_id {
         return Err(RejectReason::CredentialAccountMismatch);
@@ -220,7 +226,7 @@ fn validate(
         return Err(RejectReason::CredentialRevoked);
     }
     match (&event.lease_id, event.fencing_token) {
-        (None, None) => Ok(()),
+        (None, None) => Ok(Validated { account, lease: None, credential }),
         (Some(_), None) | (None, Some(_)) => Err(RejectReason::FundingIncomplete),
         (Some(lease_id), Some(fencing_token)) => {
             let lease = view
@@ -236,7 +242,7 @@ fn validate(
             if policy.is_reclaimable(lease.expiry, now) {
                 return Err(RejectReason::LeaseExpired);
             }
-            Ok(())
+            Ok(Validated { account, lease: Some(lease), credential })
         }
     }
 }
@@ -246,31 +252,23 @@ fn apply(
     plan: &mut IngestPlan,
     event: &UsageEvent,
     domain: UnitDomain,
-    view: &impl UsageView,
+    validated: Validated<'_>,
 ) -> Result<(), IngestError> {
     let refused = |counter| IngestError::Refused { counter };
     let units = event.units;
 
-    let account = plan
-        .accounts
-        .entry(event.account_id.clone())
-        .or_insert_with(|| view.account(&event.account_id).expect("validated account").clone());
+    let account = plan.accounts.entry(event.account_id.clone()).or_insert_with(|| validated.account.clone());
     account.billed = domain.add(account.billed, units).ok_or(refused("billed"))?;
-    match &event.lease_id {
+    match validated.lease {
         None => account.overage = domain.add(account.overage, units).ok_or(refused("overage"))?,
-        Some(lease_id) => {
-            let lease = plan
-                .leases
-                .entry(lease_id.clone())
-                .or_insert_with(|| view.lease(lease_id).expect("validated lease").clone());
+        Some(validated_lease) => {
+            let lease = plan.leases.entry(validated_lease.lease_id.clone()).or_insert_with(|| validated_lease.clone());
             lease.used = domain.add(lease.used, units).ok_or(refused("lease_used"))?;
         }
     }
 
-    let credential = plan
-        .credentials
-        .entry(event.credential_id.clone())
-        .or_insert_with(|| view.credential(&event.credential_id).expect("validated credential").clone());
+    let credential =
+        plan.credentials.entry(event.credential_id.clone()).or_insert_with(|| validated.credential.clone());
     credential.accepted_events =
         domain.add(credential.accepted_events, 1).ok_or(refused("credential_accepted_events"))?;
     credential.accepted_units =

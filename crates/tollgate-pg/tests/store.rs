@@ -758,6 +758,93 @@ async fn a_release_remembers_the_account_row_it_wrote() {
     assert_conserved(&*one).await;
 }
 
+// ------------------------------------------------- settlement out of range
+
+/// Sets one account's `available` directly, as no writer would: only so close
+/// to `BIGINT`'s maximum that settling a lease must overflow it.
+async fn set_available(s: &PostgresStore, account_id: &str, available: u64) {
+    sqlx::query("UPDATE tollgate_accounts SET available = $2 WHERE account_id = $1")
+        .bind(account_id)
+        .bind(i64::try_from(available).unwrap())
+        .execute(s.pool())
+        .await
+        .unwrap();
+}
+
+/// A release whose settlement would take `available` past `BIGINT` is
+/// refused as `counter_overflow`, and neither the account nor the lease
+/// changes.
+#[tokio::test]
+async fn a_release_whose_settlement_would_overflow_a_counter_changes_nothing() {
+    let s = store(nanos(0)).await;
+    funded(&s, "acct", 100).await;
+    let lease = s.acquire("acct", 10, nanos(3_600_000_000_000), ts(T0)).await.unwrap();
+    set_available(&s, "acct", I64_MAX - 5).await;
+    let before = s.account("acct").await.unwrap();
+
+    let released = s.release(&lease.lease.lease_id, lease.capability.expose(), ts(T0)).await;
+    assert_eq!(released.map(|r| r.settlement), Err(Error::CounterOverflow { counter: "available" }));
+    assert_eq!(s.account("acct").await.unwrap(), before);
+    assert_eq!(lease_state(&s, &lease.lease.lease_id).await, LeaseState::Active);
+}
+
+/// A reclaim pass skips a lease whose settlement would overflow a counter of
+/// its account, naming `counter_overflow`, settles the others, and is not
+/// stalled by it: the next pass skips it again and finds nothing else.
+#[tokio::test]
+async fn a_reclaim_whose_settlement_would_overflow_a_counter_skips_that_lease() {
+    let s = store(nanos(0)).await;
+    funded(&s, "full", 100).await;
+    funded(&s, "fine", 100).await;
+    let stuck = s.acquire("full", 10, nanos(1_000), ts(T0)).await.unwrap();
+    let due = s.acquire("fine", 10, nanos(1_000), ts(T0)).await.unwrap();
+    set_available(&s, "full", I64_MAX - 5).await;
+    let before = s.account("full").await.unwrap();
+
+    let report = s.reclaim(ts(T0 + 10_000), 10).await.expect("reclaim pass");
+    let reclaimed: Vec<&str> = report.reclaimed.iter().map(|r| r.lease_id.as_str()).collect();
+    assert_eq!(reclaimed, vec![due.lease.lease_id.as_str()]);
+    let skipped: Vec<(&str, &str)> =
+        report.skipped.iter().map(|k| (k.lease_id.as_str(), k.account_id.as_str())).collect();
+    assert_eq!(skipped, vec![(stuck.lease.lease_id.as_str(), "full")]);
+    assert_eq!(report.skipped[0].reason, Error::CounterOverflow { counter: "available" }.to_string());
+    assert_eq!(s.account("full").await.unwrap(), before);
+    assert_eq!(lease_state(&s, &stuck.lease.lease_id).await, LeaseState::Active);
+    assert_eq!(lease_state(&s, &due.lease.lease_id).await, LeaseState::Reclaimed);
+    assert_eq!(counters(&s, "fine").await, (100, 100, 0, 0, 0, 0, 2));
+
+    let again = s.reclaim(ts(T0 + 20_000), 10).await.expect("next pass");
+    assert_eq!((again.reclaimed.len(), again.skipped.len()), (0, 1));
+}
+
+/// The unlocked release decides on a read, and PostgreSQL then refuses its
+/// write for a range (`available` changed in between, so that adding the
+/// release's change overflows `BIGINT`). Nothing is written; the release runs
+/// the locking path, where the core gives its own answer, `counter_overflow`,
+/// on the locked row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_write_postgres_refuses_for_its_ranges_falls_back_to_the_cores_error() {
+    let (one, two) = two_servers(4).await;
+    funded(&*one, "acct", 100).await;
+    // Acquired through two, so one has no remembered row and reads.
+    let lease = two.acquire("acct", 10, nanos(3_600_000_000_000), ts(T0)).await.unwrap();
+
+    let pause = one.pause_next_release_after_read();
+    let releasing = {
+        let (one, lease) = (one.clone(), lease.clone());
+        tokio::spawn(async move { one.release(&lease.lease.lease_id, lease.capability.expose(), ts(T0)).await })
+    };
+    pause.read.notified().await;
+    set_available(&one, "acct", I64_MAX - 5).await;
+    let before = one.account("acct").await.unwrap();
+    pause.resume.notify_one();
+
+    let released = releasing.await.unwrap();
+    assert_eq!(released.map(|r| r.settlement), Err(Error::CounterOverflow { counter: "available" }));
+    assert_eq!(one.account("acct").await.unwrap(), before);
+    assert_eq!(lease_state(&one, &lease.lease.lease_id).await, LeaseState::Active);
+}
+
 /// Every store connection plans generically (its settings come in the
 /// startup packet), so no prepared statement is re-planned per execution.
 #[tokio::test]

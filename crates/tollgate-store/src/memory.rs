@@ -20,8 +20,8 @@ use tollgate_core::ids::validate_label;
 use tollgate_core::ledger::{self, LeaseState};
 use tollgate_core::usage::{self, UsageView};
 use tollgate_core::{
-    Account, Credential, Error, EventOutcome, GrantPolicy, IngestError, Lease, SecretHash, UnitDomain, UsageEvent,
-    check_conservation, validate_id,
+    Account, Credential, Error, EventOutcome, GrantPolicy, IngestError, Lease, ReclaimPass, SecretHash, UnitDomain,
+    UsageEvent, check_conservation, validate_id,
 };
 
 use crate::idempotency::{Claim, IDEMPOTENCY_PURGE_BATCH_MAX, Idempotency, Replayable, Request};
@@ -369,16 +369,12 @@ impl Store for MemoryStore {
         let mut state = self.lock();
         let mut account = state.account(account_id)?.clone();
         let key = (account_id.to_owned(), credit_id.to_owned());
-        if let Some(&existing_units) = state.credits.get(&key) {
-            if existing_units != units {
-                return Err(Error::CreditConflict { existing_units });
-            }
-            return Ok(CreditReceipt { account: state.view(account_id)?, created: false });
+        let created = account.credit_once(state.credits.get(&key).copied(), units, DOMAIN)?;
+        if created {
+            state.accounts.insert(account_id.to_owned(), account);
+            state.credits.insert(key, units);
         }
-        account.credit(units, DOMAIN)?;
-        state.accounts.insert(account_id.to_owned(), account);
-        state.credits.insert(key, units);
-        Ok(CreditReceipt { account: state.view(account_id)?, created: true })
+        Ok(CreditReceipt { account: state.view(account_id)?, created })
     }
 
     async fn acquire_idempotent(
@@ -443,8 +439,8 @@ impl Store for MemoryStore {
     }
 
     async fn reclaim(&self, now: Timestamp, limit: u32) -> Result<ReclaimReport, Error> {
-        let limit = limit.min(self.policy.reclaim_batch_max());
-        let Some(cutoff) = self.policy.reclaim_cutoff(now) else {
+        let ReclaimPass { limit, cutoff } = self.policy.reclaim_pass(now, limit);
+        let Some(cutoff) = cutoff else {
             return Ok(ReclaimReport { limit, ..ReclaimReport::default() });
         };
         let mut state = self.lock();
@@ -493,16 +489,7 @@ impl Store for MemoryStore {
         self.run(idempotency, Request::IssueCredential { account_id, label }, now, |state| {
             state.account(account_id)?;
             let key = new_credential_key();
-            let credential = Credential {
-                credential_id: new_credential_id(),
-                account_id: account_id.to_owned(),
-                label: label.to_owned(),
-                created_at: now,
-                revoked_at: None,
-                last_used_at: None,
-                accepted_events: 0,
-                accepted_units: 0,
-            };
+            let credential = Credential::issued(new_credential_id(), account_id.to_owned(), label.to_owned(), now);
             state.credential_by_key.insert(key.hash(), credential.credential_id.clone());
             state.credentials.insert(
                 credential.credential_id.clone(),
@@ -519,21 +506,7 @@ impl Store for MemoryStore {
             .get(&SecretHash::of(key))
             .and_then(|credential_id| state.credentials.get(credential_id))
             .filter(|record| record.key.matches(key));
-        Ok(match record {
-            None => {
-                Verification { valid: false, credential_id: None, account_id: None, reason: Some("unknown_credential") }
-            }
-            Some(record) => {
-                let credential = &record.credential;
-                let revoked = credential.revoked_at.is_some();
-                Verification {
-                    valid: !revoked,
-                    credential_id: Some(credential.credential_id.clone()),
-                    account_id: Some(credential.account_id.clone()),
-                    reason: revoked.then_some("credential_revoked"),
-                }
-            }
-        })
+        Ok(Verification::of(record.map(|record| &record.credential)))
     }
 
     async fn revoke_credential_idempotent(

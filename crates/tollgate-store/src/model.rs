@@ -102,6 +102,26 @@ pub struct Verification {
     pub reason: Option<&'static str>,
 }
 
+impl Verification {
+    /// The verdict on a presented key: `credential` is the one whose key hash
+    /// matched, if any. Unknown keys and revoked credentials are not valid,
+    /// each with its reason.
+    pub fn of(credential: Option<&Credential>) -> Self {
+        match credential {
+            None => Self { valid: false, credential_id: None, account_id: None, reason: Some("unknown_credential") },
+            Some(credential) => {
+                let revoked = credential.revoked_at.is_some();
+                Self {
+                    valid: !revoked,
+                    credential_id: Some(credential.credential_id.clone()),
+                    account_id: Some(credential.account_id.clone()),
+                    reason: revoked.then_some("credential_revoked"),
+                }
+            }
+        }
+    }
+}
+
 /// `(state, expiry_is_upper_bound, count)`, as the legacy-bound query of `docs/upgrading.md` groups.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct LegacyBoundCount {
@@ -168,5 +188,38 @@ impl MigrationStatus {
 
     pub fn is_current(&self) -> bool {
         self.unknown().is_empty() && self.pending().is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use jiff::Timestamp;
+
+    use super::*;
+
+    #[test]
+    fn a_verification_names_why_a_key_is_not_valid() {
+        let unknown = Verification::of(None);
+        assert_eq!(
+            unknown,
+            Verification { valid: false, credential_id: None, account_id: None, reason: Some("unknown_credential") }
+        );
+        let mut credential = Credential::issued("c".into(), "a".into(), "gw".into(), Timestamp::UNIX_EPOCH);
+        let valid = Verification::of(Some(&credential));
+        assert_eq!(
+            valid,
+            Verification { valid: true, credential_id: Some("c".into()), account_id: Some("a".into()), reason: None }
+        );
+        credential.revoke(Timestamp::UNIX_EPOCH);
+        let revoked = Verification::of(Some(&credential));
+        assert_eq!(
+            revoked,
+            Verification {
+                valid: false,
+                credential_id: Some("c".into()),
+                account_id: Some("a".into()),
+                reason: Some("credential_revoked"),
+            }
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! transaction.
 //!
 //! A keyed request always takes the locking path. Its transaction first claims
-//! the key's row (`CLAIM`): an insert that, on conflict with an expired record,
+//! the key's row (`CLAIM_KEY_SQL`): an insert that, on conflict with an expired record,
 //! overwrites it, and on conflict with a live one changes nothing but still
 //! locks it. The claim comes first in the global lock order (idempotency key,
 //! then accounts, leases, credentials): only keyed transactions take key rows,
@@ -10,7 +10,7 @@
 //! same key waits on the unique index until the first commits or rolls back,
 //! then sees its record (and replays it) or claims the key itself. Then the
 //! operation runs on the same transaction, and its sealed answer is stored
-//! (`RECORD`) before the commit. A refused operation rolls the claim back, so
+//! (`RECORD_KEY_SQL`) before the commit. A refused operation rolls the claim back, so
 //! refusals are never recorded.
 
 use jiff::Timestamp;
@@ -18,38 +18,12 @@ use sqlx::{FromRow, PgConnection};
 use tollgate_core::{Error, InstantPair};
 use tollgate_store::{Claim, IDEMPOTENCY_PURGE_BATCH_MAX, Idempotency, Replayable, Request};
 
-use super::{Engine, finish, storable, storage_error};
-
-/// Claims the key: inserts the row, or takes over an expired one. Returns a row
-/// only when this transaction now owns the key; on conflict with a live record
-/// the row is locked all the same (`ON CONFLICT DO UPDATE` locks the row before
-/// it evaluates its `WHERE`).
-const CLAIM: &str = "INSERT INTO tollgate_idempotency_keys AS k (account_id, lookup_id, fingerprint, sealed_answer, \
-     created_floor_us, created_submicro_ns, expires_floor_us, expires_submicro_ns) \
-     VALUES ($1, $2, $3, '\\x', $4, $5, $6, $7) \
-     ON CONFLICT (account_id, lookup_id) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, \
-     sealed_answer = EXCLUDED.sealed_answer, created_floor_us = EXCLUDED.created_floor_us, \
-     created_submicro_ns = EXCLUDED.created_submicro_ns, expires_floor_us = EXCLUDED.expires_floor_us, \
-     expires_submicro_ns = EXCLUDED.expires_submicro_ns \
-     WHERE (k.expires_floor_us, k.expires_submicro_ns) <= ($4, $5) \
-     RETURNING k.lookup_id";
-
-/// The live record a claim found; read in a statement after the claim, so it
-/// sees the row as committed by whoever held it.
-const RECORDED: &str = "SELECT k.fingerprint, k.sealed_answer FROM tollgate_idempotency_keys k \
-     WHERE k.account_id = $1 AND k.lookup_id = $2";
-
-const RECORD: &str = "UPDATE tollgate_idempotency_keys SET sealed_answer = $3 \
-     WHERE account_id = $1 AND lookup_id = $2";
-
-const PURGE: &str = "DELETE FROM tollgate_idempotency_keys k USING ( \
-     SELECT e.account_id, e.lookup_id FROM tollgate_idempotency_keys e \
-     WHERE (e.expires_floor_us, e.expires_submicro_ns) <= ($1, $2) \
-     ORDER BY e.expires_floor_us, e.expires_submicro_ns LIMIT $3 FOR UPDATE SKIP LOCKED) d \
-     WHERE k.account_id = d.account_id AND k.lookup_id = d.lookup_id";
-
-const LEASE_ACCOUNT: &str = "SELECT l.account_id FROM tollgate_leases l WHERE l.lease_id = $1";
-const CREDENTIAL_ACCOUNT: &str = "SELECT c.account_id FROM tollgate_credentials c WHERE c.credential_id = $1";
+use super::Engine;
+use super::errors::{storable, storage_error};
+use super::load::finish;
+use super::sql::{
+    CLAIM_KEY_SQL, CREDENTIAL_ACCOUNT_SQL, LEASE_ACCOUNT_SQL, PURGE_KEYS_SQL, RECORD_KEY_SQL, RECORDED_KEY_SQL,
+};
 
 #[derive(FromRow)]
 struct RecordedRow {
@@ -73,7 +47,7 @@ impl Engine {
         let mut tx = self.begin().await?;
         let result = async {
             if !claim_key(&mut tx, &account_id, &claim, now).await? {
-                let row: RecordedRow = sqlx::query_as(RECORDED)
+                let row: RecordedRow = sqlx::query_as(RECORDED_KEY_SQL)
                     .bind(&account_id)
                     .bind(claim.lookup_id.as_slice())
                     .fetch_one(&mut *tx)
@@ -82,7 +56,7 @@ impl Engine {
                 return claim.replay(&row.fingerprint, &row.sealed_answer);
             }
             let answer = operation(&mut tx).await?;
-            sqlx::query(RECORD)
+            sqlx::query(RECORD_KEY_SQL)
                 .bind(&account_id)
                 .bind(claim.lookup_id.as_slice())
                 .bind(claim.seal(&answer.to_answer()))
@@ -104,8 +78,8 @@ impl Engine {
                 let account_id = request.resource();
                 return if storable(account_id) { Ok(account_id.to_owned()) } else { Err(Error::AccountNotFound) };
             }
-            Request::Release { .. } => (LEASE_ACCOUNT, Error::LeaseNotFound),
-            Request::RevokeCredential { .. } => (CREDENTIAL_ACCOUNT, Error::CredentialNotFound),
+            Request::Release { .. } => (LEASE_ACCOUNT_SQL, Error::LeaseNotFound),
+            Request::RevokeCredential { .. } => (CREDENTIAL_ACCOUNT_SQL, Error::CredentialNotFound),
         };
         if !storable(request.resource()) {
             return Err(missing);
@@ -121,7 +95,7 @@ impl Engine {
             return Ok(0);
         }
         let now = InstantPair::encode(now);
-        let purged = sqlx::query(PURGE)
+        let purged = sqlx::query(PURGE_KEYS_SQL)
             .bind(now.floor_us)
             .bind(now.submicro_ns)
             .bind(i64::from(limit))
@@ -137,7 +111,7 @@ impl Engine {
 async fn claim_key(conn: &mut PgConnection, account_id: &str, claim: &Claim, now: Timestamp) -> Result<bool, Error> {
     let created = InstantPair::encode(now);
     let expires = InstantPair::encode(claim.expires_at);
-    let claimed: Option<Vec<u8>> = sqlx::query_scalar(CLAIM)
+    let claimed: Option<Vec<u8>> = sqlx::query_scalar(CLAIM_KEY_SQL)
         .bind(account_id)
         .bind(claim.lookup_id.as_slice())
         .bind(claim.fingerprint.as_slice())

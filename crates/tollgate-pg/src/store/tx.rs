@@ -15,6 +15,8 @@ use std::ops::{Deref, DerefMut};
 use sqlx::pool::PoolConnection;
 use sqlx::{Executor, PgConnection, PgPool, Postgres};
 
+use super::sql::{BEGIN_SQL, COMMIT_SQL, ROLLBACK_SQL};
+
 /// One open transaction on a pooled connection.
 pub(crate) struct Tx {
     conn: PoolConnection<Postgres>,
@@ -29,18 +31,18 @@ impl Tx {
         // Open from here on: if this future is dropped while BEGIN is in
         // flight, the connection is closed rather than reused.
         let mut tx = Self { conn, open: true };
-        tx.conn.execute("BEGIN").await?;
+        tx.conn.execute(BEGIN_SQL).await?;
         Ok(tx)
     }
 
     pub(crate) async fn commit(mut self) -> Result<(), sqlx::Error> {
-        self.conn.execute("COMMIT").await?;
+        self.conn.execute(COMMIT_SQL).await?;
         self.open = false;
         Ok(())
     }
 
     pub(crate) async fn rollback(mut self) -> Result<(), sqlx::Error> {
-        self.conn.execute("ROLLBACK").await?;
+        self.conn.execute(ROLLBACK_SQL).await?;
         self.open = false;
         Ok(())
     }

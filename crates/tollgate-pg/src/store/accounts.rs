@@ -1,0 +1,103 @@
+//! Accounts: creating and crediting them, and the reads of an account and of
+//! a lease.
+
+use sqlx::FromRow;
+use tollgate_core::{Account, Error, Lease, validate_id};
+use tollgate_store::{AccountView, CreditReceipt};
+
+use super::errors::{corrupt, db_i64, storable, storage_error};
+use super::load::{finish, lock_account};
+use super::rows::{AccountRow, LeaseRow, counters};
+use super::sql::{ACCOUNT_VIEW_SQL, CREATE_ACCOUNT_SQL, CREDIT_RECORDED_SQL, CREDIT_SQL, READ_LEASE_SQL};
+use super::{DOMAIN, Engine};
+
+fn view_of(account: Account, active_leases: u64) -> AccountView {
+    AccountView { account, active_leases }
+}
+
+impl Engine {
+    pub(super) async fn create(&self, account_id: &str) -> Result<AccountView, Error> {
+        validate_id("account_id", account_id)?;
+        let account = Account::new(account_id.to_owned());
+        let inserted = sqlx::query(CREATE_ACCOUNT_SQL)
+            .bind(&account.account_id)
+            .bind(counters(&account)?)
+            .execute(&self.pool)
+            .await
+            .map_err(storage_error)?;
+        if inserted.rows_affected() == 0 {
+            return Err(Error::AccountExists);
+        }
+        Ok(view_of(account, 0))
+    }
+
+    pub(super) async fn credit_once(
+        &self,
+        account_id: &str,
+        credit_id: &str,
+        units: u64,
+    ) -> Result<CreditReceipt, Error> {
+        validate_id("account_id", account_id)?;
+        validate_id("credit_id", credit_id)?;
+        let mut tx = self.begin().await?;
+        let result: Result<CreditReceipt, Error> = async {
+            let mut account = lock_account(&mut tx, account_id).await?;
+            let (existing_units, active): (Option<i64>, i64) = sqlx::query_as(CREDIT_RECORDED_SQL)
+                .bind(account_id)
+                .bind(credit_id)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(storage_error)?;
+            let active_leases = active.unsigned_abs();
+            let recorded = existing_units
+                .map(|units| {
+                    u64::try_from(units)
+                        .map_err(|_| corrupt(format!("credit {account_id}/{credit_id}: units is {units}")))
+                })
+                .transpose()?;
+            if !account.credit_once(recorded, units, DOMAIN)? {
+                return Ok(CreditReceipt { account: view_of(account, active_leases), created: false });
+            }
+            sqlx::query(CREDIT_SQL)
+                .bind(account_id)
+                .bind(credit_id)
+                .bind(db_i64(account.credited, "credited")?)
+                .bind(db_i64(account.available, "available")?)
+                .bind(db_i64(units, "units")?)
+                .execute(&mut *tx)
+                .await
+                .map_err(storage_error)?;
+            Ok(CreditReceipt { account: view_of(account, active_leases), created: true })
+        }
+        .await;
+        finish(tx, result).await
+    }
+
+    pub(super) async fn view(&self, account_id: &str) -> Result<AccountView, Error> {
+        if !storable(account_id) {
+            return Err(Error::AccountNotFound);
+        }
+        #[derive(FromRow)]
+        struct Row {
+            #[sqlx(flatten)]
+            account: AccountRow,
+            active_leases: i64,
+        }
+        let row: Option<Row> = sqlx::query_as(ACCOUNT_VIEW_SQL)
+            .bind(account_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(storage_error)?;
+        let row = row.ok_or(Error::AccountNotFound)?;
+        Ok(view_of(row.account.decode()?, row.active_leases.unsigned_abs()))
+    }
+
+    pub(super) async fn read_lease(&self, lease_id: &str) -> Result<Lease, Error> {
+        if !storable(lease_id) {
+            return Err(Error::LeaseNotFound);
+        }
+        let row: Option<LeaseRow> =
+            sqlx::query_as(READ_LEASE_SQL).bind(lease_id).fetch_optional(&self.pool).await.map_err(storage_error)?;
+        Ok(row.ok_or(Error::LeaseNotFound)?.decode()?.lease)
+    }
+}

@@ -1,0 +1,133 @@
+//! Credentials: issuing, verifying, revoking and reading them.
+
+use jiff::Timestamp;
+use sqlx::PgConnection;
+use tollgate_core::ids::validate_label;
+use tollgate_core::{Credential, Error, InstantPair, SecretHash};
+use tollgate_store::{Idempotency, IssuedCredential, Request, Verification, new_credential_id, new_credential_key};
+
+use super::Engine;
+use super::errors::{storable, storage_error};
+use super::load::finish;
+use super::rows::CredentialRow;
+use super::sql::{
+    CREDENTIAL_BY_KEY_SQL, INSERT_CREDENTIAL_SQL, LOCK_CREDENTIAL_SQL, READ_CREDENTIAL_SQL, REVOKE_CREDENTIAL_SQL,
+};
+
+pub(super) async fn insert_credential(
+    conn: &mut PgConnection,
+    account_id: &str,
+    label: &str,
+    now: Timestamp,
+) -> Result<IssuedCredential, Error> {
+    let key = new_credential_key();
+    let credential = Credential::issued(new_credential_id(), account_id.to_owned(), label.to_owned(), now);
+    let created = InstantPair::encode(now);
+    let inserted = sqlx::query(INSERT_CREDENTIAL_SQL)
+        .bind(&credential.credential_id)
+        .bind(account_id)
+        .bind(label)
+        .bind(key.hash().as_bytes().to_vec())
+        .bind(created.floor_us)
+        .bind(created.submicro_ns)
+        .execute(conn)
+        .await
+        .map_err(storage_error)?;
+    if inserted.rows_affected() == 0 {
+        return Err(Error::AccountNotFound);
+    }
+    Ok(IssuedCredential { credential, key })
+}
+
+/// Revokes a credential under its row lock; revoking again keeps the first
+/// revocation time.
+pub(super) async fn revoke_locked(
+    conn: &mut PgConnection,
+    credential_id: &str,
+    now: Timestamp,
+) -> Result<Credential, Error> {
+    let row: Option<CredentialRow> = sqlx::query_as(LOCK_CREDENTIAL_SQL)
+        .bind(credential_id)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(storage_error)?;
+    let mut credential = row.ok_or(Error::CredentialNotFound)?.decode()?.credential;
+    credential.revoke(now);
+    let revoked = credential.revoked_at.map(InstantPair::encode);
+    sqlx::query(REVOKE_CREDENTIAL_SQL)
+        .bind(credential_id)
+        .bind(revoked.map(|p| p.floor_us))
+        .bind(revoked.map(|p| p.submicro_ns))
+        .execute(conn)
+        .await
+        .map_err(storage_error)?;
+    Ok(credential)
+}
+
+impl Engine {
+    pub(super) async fn issue_credential(
+        &self,
+        idempotency: Option<&Idempotency>,
+        account_id: &str,
+        label: &str,
+        now: Timestamp,
+    ) -> Result<IssuedCredential, Error> {
+        validate_label(label)?;
+        // PostgreSQL text cannot hold NUL; such a label is not storable here.
+        if !storable(label) {
+            return Err(Error::InvalidLabel);
+        }
+        if !storable(account_id) {
+            return Err(Error::AccountNotFound);
+        }
+        let operation = async |conn: &mut PgConnection| insert_credential(conn, account_id, label, now).await;
+        if let Some(idempotency) = idempotency {
+            let request = Request::IssueCredential { account_id, label };
+            return self.keyed(idempotency, request, now, operation).await;
+        }
+        let mut conn = self.pool.acquire().await.map_err(storage_error)?;
+        operation(&mut conn).await
+    }
+
+    pub(super) async fn verify(&self, key: &str) -> Result<Verification, Error> {
+        let hash = SecretHash::of(key);
+        let row: Option<CredentialRow> = sqlx::query_as(CREDENTIAL_BY_KEY_SQL)
+            .bind(hash.as_bytes().to_vec())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(storage_error)?;
+        let record = row.map(CredentialRow::decode).transpose()?.filter(|record| record.key.matches(key));
+        Ok(Verification::of(record.as_ref().map(|record| &record.credential)))
+    }
+
+    pub(super) async fn revoke(
+        &self,
+        idempotency: Option<&Idempotency>,
+        credential_id: &str,
+        now: Timestamp,
+    ) -> Result<Credential, Error> {
+        if !storable(credential_id) {
+            return Err(Error::CredentialNotFound);
+        }
+        let operation = async |conn: &mut PgConnection| revoke_locked(conn, credential_id, now).await;
+        if let Some(idempotency) = idempotency {
+            let request = Request::RevokeCredential { credential_id };
+            return self.keyed(idempotency, request, now, operation).await;
+        }
+        let mut tx = self.begin().await?;
+        let result = operation(&mut tx).await;
+        finish(tx, result).await
+    }
+
+    pub(super) async fn read_credential(&self, credential_id: &str) -> Result<Credential, Error> {
+        if !storable(credential_id) {
+            return Err(Error::CredentialNotFound);
+        }
+        let row: Option<CredentialRow> = sqlx::query_as(READ_CREDENTIAL_SQL)
+            .bind(credential_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(storage_error)?;
+        Ok(row.ok_or(Error::CredentialNotFound)?.decode()?.credential)
+    }
+}

@@ -1,0 +1,97 @@
+//! Usage ingestion: one transaction per batch that locks what the batch
+//! names (accounts, then leases, then credentials), reads which request ids
+//! are already recorded, and persists what `usage::classify` decided.
+
+use std::collections::HashSet;
+
+use jiff::Timestamp;
+use sqlx::PgConnection;
+use tollgate_core::usage::{self, UsageSnapshot};
+use tollgate_core::{BATCH_EVENTS_MAX, Error, EventOutcome, IngestError, UsageEvent};
+
+use super::errors::{ingest_error, storage_error};
+use super::load::{Busy, lock_accounts, lock_leases, rollback, sorted_ids};
+use super::persist::{Changes, persist};
+use super::rows::CredentialRow;
+use super::sql::{LOCK_CREDENTIALS_SQL, RECORDED_EVENTS_SQL};
+use super::{DOMAIN, Engine};
+
+impl Engine {
+    pub(super) async fn ingest_inner(
+        &self,
+        batch: &[UsageEvent],
+        now: Timestamp,
+    ) -> Result<Vec<EventOutcome>, IngestError> {
+        // Bound what is loaded before loading it; the core enforces the same bound.
+        if batch.len() > BATCH_EVENTS_MAX {
+            return Err(IngestError::BatchTooLarge { events: batch.len(), max: BATCH_EVENTS_MAX });
+        }
+        let mut tx = self.begin().await.map_err(ingest_error)?;
+        let result: Result<Vec<EventOutcome>, IngestError> = async {
+            let snapshot = load_snapshot(&mut tx, batch).await.map_err(ingest_error)?;
+            let plan = usage::classify(batch, now, &self.policy, DOMAIN, &snapshot)?;
+            if plan.accepted.is_empty() {
+                return Ok(plan.outcomes);
+            }
+            let changes = Changes {
+                accounts: plan.accounts.into_values().collect(),
+                leases: plan.leases.into_values().collect(),
+                credentials: plan.credentials.into_values().collect(),
+                events: plan.accepted.iter().map(|&index| &batch[index]).collect(),
+                granted: Vec::new(),
+            };
+            persist(&mut tx, &changes).await.map_err(ingest_error)?;
+            Ok(plan.outcomes)
+        }
+        .await;
+        match result {
+            Ok(outcomes) => {
+                tx.commit().await.map_err(|e| ingest_error(storage_error(e)))?;
+                Ok(outcomes)
+            }
+            Err(error) => {
+                rollback(tx).await;
+                Err(error)
+            }
+        }
+    }
+}
+
+/// Locks and reads what a batch names: its accounts, then those of its leases
+/// that belong to them, then its credentials, and the request ids of these
+/// accounts already accepted.
+async fn load_snapshot(conn: &mut PgConnection, batch: &[UsageEvent]) -> Result<UsageSnapshot, Error> {
+    let account_ids = sorted_ids(batch.iter().map(|e| e.account_id.as_str()));
+    let lease_ids = sorted_ids(batch.iter().filter_map(|e| e.lease_id.as_deref()));
+    let credential_ids = sorted_ids(batch.iter().map(|e| e.credential_id.as_str()));
+    let request_ids = sorted_ids(batch.iter().map(|e| e.request_id.as_str()));
+
+    let mut snapshot = UsageSnapshot {
+        accounts: lock_accounts(conn, &account_ids, Busy::Wait).await?.into_iter().collect(),
+        ..UsageSnapshot::default()
+    };
+    if !lease_ids.is_empty() {
+        let locked: Vec<String> = snapshot.accounts.keys().cloned().collect();
+        snapshot.leases =
+            lock_leases(conn, &lease_ids, &locked).await?.into_iter().map(|(id, record)| (id, record.lease)).collect();
+    }
+    let credentials: Vec<CredentialRow> = sqlx::query_as(LOCK_CREDENTIALS_SQL)
+        .bind(&credential_ids)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(storage_error)?;
+    for row in credentials {
+        let record = row.decode()?;
+        snapshot.credentials.insert(record.credential.credential_id.clone(), record.credential);
+    }
+    // Read after the account locks, so no accepted ID of these accounts can
+    // be missing from this statement's snapshot.
+    let recorded: Vec<(String, String)> = sqlx::query_as(RECORDED_EVENTS_SQL)
+        .bind(&account_ids)
+        .bind(&request_ids)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(storage_error)?;
+    snapshot.recorded = recorded.into_iter().collect::<HashSet<_>>();
+    Ok(snapshot)
+}

@@ -1,0 +1,588 @@
+//! Every SQL statement the store runs, each a named constant, kept apart from
+//! the code that binds and runs it.
+//!
+//! Column lists are spelled once, as the macros below, and statements are
+//! assembled from them with `concat!`, so each statement is one `&'static str`
+//! that PostgreSQL prepares once per connection: nothing here is built at run
+//! time. The account counters follow `tollgate_core::COUNTER_NAMES`; the
+//! statements that compare, store or add all seven bind them as one `int8[]`
+//! in that order and take its elements by subscript, so a reordered array
+//! cannot bind to the wrong column unnoticed (`tests` checks the lists
+//! against `COUNTER_NAMES`).
+//!
+//! Every statement is parameterised and names its columns.
+
+/// The seven account counter columns, in `COUNTER_NAMES` order, each after
+/// `$prefix` (a table alias).
+macro_rules! counters {
+    ($p:literal) => {
+        concat!(
+            $p,
+            "credited, ",
+            $p,
+            "available, ",
+            $p,
+            "reserved, ",
+            $p,
+            "consumed, ",
+            $p,
+            "overage, ",
+            $p,
+            "billed, ",
+            $p,
+            "next_fence"
+        )
+    };
+}
+
+/// The seven elements of the counter array `$array`, in `COUNTER_NAMES` order.
+macro_rules! elements {
+    ($a:literal) => {
+        concat!($a, "[1], ", $a, "[2], ", $a, "[3], ", $a, "[4], ", $a, "[5], ", $a, "[6], ", $a, "[7]")
+    };
+}
+
+/// Assignments of the seven counters to the elements of `$array`.
+macro_rules! assign_elements {
+    ($a:literal) => {
+        concat!(
+            "credited = ",
+            $a,
+            "[1], available = ",
+            $a,
+            "[2], reserved = ",
+            $a,
+            "[3], consumed = ",
+            $a,
+            "[4], overage = ",
+            $a,
+            "[5], billed = ",
+            $a,
+            "[6], next_fence = ",
+            $a,
+            "[7]"
+        )
+    };
+}
+
+/// Assignments adding the elements of `$array` to the seven counters of `a`.
+macro_rules! add_elements {
+    ($a:literal) => {
+        concat!(
+            "credited = a.credited + ",
+            $a,
+            "[1], available = a.available + ",
+            $a,
+            "[2], reserved = a.reserved + ",
+            $a,
+            "[3], consumed = a.consumed + ",
+            $a,
+            "[4], overage = a.overage + ",
+            $a,
+            "[5], billed = a.billed + ",
+            $a,
+            "[6], next_fence = a.next_fence + ",
+            $a,
+            "[7]"
+        )
+    };
+}
+
+macro_rules! account_columns {
+    () => {
+        concat!("a.account_id, ", counters!("a."))
+    };
+}
+macro_rules! lease_columns {
+    () => {
+        "l.lease_id, l.account_id AS lease_account_id, l.fencing_token, l.capability_hash, \
+         l.granted, l.used, l.state, l.expiry_floor_us, l.expiry_submicro_ns, \
+         l.expiry_is_upper_bound"
+    };
+}
+macro_rules! credential_columns {
+    () => {
+        "c.credential_id, c.account_id AS credential_account_id, c.label, c.key_hash, \
+         c.created_floor_us, c.created_submicro_ns, c.revoked_floor_us, c.revoked_submicro_ns, \
+         c.last_used_floor_us, c.last_used_submicro_ns, c.accepted_events, c.accepted_units"
+    };
+}
+
+/// A lease with its account, for the reads that settle it.
+macro_rules! held_lease_select {
+    () => {
+        concat!(
+            "SELECT ",
+            account_columns!(),
+            ", ",
+            lease_columns!(),
+            " FROM tollgate_leases l JOIN tollgate_accounts a ON a.account_id = l.account_id"
+        )
+    };
+}
+
+/// The names under which `RELEASE_*_IF_UNCHANGED_SQL` return the account's
+/// counters as written, in `COUNTER_NAMES` order.
+pub(super) const WRITTEN_COUNTER_NAMES: [&str; 7] = [
+    "written_credited",
+    "written_available",
+    "written_reserved",
+    "written_consumed",
+    "written_overage",
+    "written_billed",
+    "written_next_fence",
+];
+
+// ------------------------------------------------------------- transactions
+
+/// A transaction's control statements, which `Tx` sends.
+pub(super) const BEGIN_SQL: &str = "BEGIN";
+pub(super) const COMMIT_SQL: &str = "COMMIT";
+pub(super) const ROLLBACK_SQL: &str = "ROLLBACK";
+
+// ----------------------------------------------------------------- accounts
+
+/// A new account with the core's initial counters ($2, in `COUNTER_NAMES`
+/// order); nothing when it exists.
+pub(super) const CREATE_ACCOUNT_SQL: &str = concat!(
+    "INSERT INTO tollgate_accounts (account_id, ",
+    counters!(""),
+    ") VALUES ($1, ",
+    elements!("$2"),
+    ") ON CONFLICT (account_id) DO NOTHING"
+);
+
+pub(super) const READ_ACCOUNT_SQL: &str =
+    concat!("SELECT ", account_columns!(), " FROM tollgate_accounts a WHERE a.account_id = $1");
+
+pub(super) const LOCK_ACCOUNT_SQL: &str =
+    concat!("SELECT ", account_columns!(), " FROM tollgate_accounts a WHERE a.account_id = $1 FOR NO KEY UPDATE");
+
+pub(super) const LOCK_ACCOUNTS_SQL: &str = concat!(
+    "SELECT ",
+    account_columns!(),
+    " FROM tollgate_accounts a WHERE a.account_id = ANY($1) ORDER BY a.account_id FOR NO KEY UPDATE"
+);
+
+pub(super) const LOCK_ACCOUNTS_SKIP_LOCKED_SQL: &str = concat!(
+    "SELECT ",
+    account_columns!(),
+    " FROM tollgate_accounts a WHERE a.account_id = ANY($1) ORDER BY a.account_id \
+     FOR NO KEY UPDATE SKIP LOCKED"
+);
+
+/// An account with its count of active leases.
+pub(super) const ACCOUNT_VIEW_SQL: &str = concat!(
+    "SELECT ",
+    account_columns!(),
+    ", (SELECT count(*) FROM tollgate_leases l \
+        WHERE l.account_id = a.account_id AND l.state = 'active') AS active_leases \
+     FROM tollgate_accounts a WHERE a.account_id = $1"
+);
+
+/// A credit already recorded under the id, and the account's active leases.
+/// Runs after the account's lock, so a concurrent credit with this id is seen.
+pub(super) const CREDIT_RECORDED_SQL: &str = "SELECT (SELECT c.units FROM tollgate_credits c WHERE c.account_id = $1 AND c.credit_id = $2), \
+        (SELECT count(*) FROM tollgate_leases l WHERE l.account_id = $1 AND l.state = 'active')";
+
+pub(super) const CREDIT_SQL: &str = "
+WITH credited AS (
+    UPDATE tollgate_accounts AS a SET credited = $3, available = $4
+    WHERE a.account_id = $1
+    RETURNING a.account_id
+)
+INSERT INTO tollgate_credits (account_id, credit_id, units)
+SELECT credited.account_id, $2, $5 FROM credited";
+
+// ------------------------------------------------------------------- leases
+
+pub(super) const READ_LEASE_SQL: &str =
+    concat!("SELECT ", lease_columns!(), " FROM tollgate_leases l WHERE l.lease_id = $1");
+
+pub(super) const READ_LEASES_SQL: &str =
+    concat!("SELECT ", lease_columns!(), " FROM tollgate_leases l WHERE l.lease_id = ANY($1)");
+
+/// Leases among $1 that belong to the accounts $2, in `lease_id` order.
+pub(super) const LOCK_LEASES_SQL: &str = concat!(
+    "SELECT ",
+    lease_columns!(),
+    " FROM tollgate_leases l WHERE l.lease_id = ANY($1) AND l.account_id = ANY($2) \
+     ORDER BY l.lease_id FOR UPDATE"
+);
+
+pub(super) const READ_HELD_LEASE_SQL: &str = concat!(held_lease_select!(), " WHERE l.lease_id = $1");
+
+/// One locking read for a lease and its account; the OF clauses lock the
+/// account before the lease, the global lock order.
+pub(super) const LOCK_HELD_LEASE_SQL: &str =
+    concat!(held_lease_select!(), " WHERE l.lease_id = $1 FOR NO KEY UPDATE OF a FOR UPDATE OF l");
+
+/// Active leases due at the cutoff ($1, $2), in expiry order, at most $3.
+pub(super) const READ_DUE_SQL: &str = concat!(
+    held_lease_select!(),
+    " WHERE l.state = 'active' AND (l.expiry_floor_us, l.expiry_submicro_ns) <= ($1, $2) \
+     ORDER BY l.expiry_floor_us, l.expiry_submicro_ns, l.lease_id LIMIT $3"
+);
+
+/// `READ_DUE_SQL` without the accounts, locking the leases it returns and
+/// skipping those another transaction holds.
+pub(super) const LOCK_DUE_SQL: &str = concat!(
+    "SELECT ",
+    lease_columns!(),
+    " FROM tollgate_leases l WHERE l.state = 'active' \
+     AND (l.expiry_floor_us, l.expiry_submicro_ns) <= ($1, $2) \
+     ORDER BY l.expiry_floor_us, l.expiry_submicro_ns, l.lease_id \
+     LIMIT $3 FOR UPDATE SKIP LOCKED"
+);
+
+// -------------------------------------------------------------- credentials
+
+pub(super) const CREDENTIAL_BY_KEY_SQL: &str =
+    concat!("SELECT ", credential_columns!(), " FROM tollgate_credentials c WHERE c.key_hash = $1");
+
+pub(super) const READ_CREDENTIAL_SQL: &str =
+    concat!("SELECT ", credential_columns!(), " FROM tollgate_credentials c WHERE c.credential_id = $1");
+
+pub(super) const LOCK_CREDENTIAL_SQL: &str =
+    concat!("SELECT ", credential_columns!(), " FROM tollgate_credentials c WHERE c.credential_id = $1 FOR UPDATE");
+
+pub(super) const LOCK_CREDENTIALS_SQL: &str = concat!(
+    "SELECT ",
+    credential_columns!(),
+    " FROM tollgate_credentials c WHERE c.credential_id = ANY($1) ORDER BY c.credential_id FOR UPDATE"
+);
+
+/// A new credential of an existing account ($2); nothing when there is none.
+pub(super) const INSERT_CREDENTIAL_SQL: &str = "INSERT INTO tollgate_credentials (credential_id, account_id, label, key_hash, \
+     created_floor_us, created_submicro_ns, accepted_events, accepted_units) \
+     SELECT $1, a.account_id, $3, $4, $5, $6, 0, 0 \
+     FROM tollgate_accounts a WHERE a.account_id = $2";
+
+pub(super) const REVOKE_CREDENTIAL_SQL: &str = "UPDATE tollgate_credentials SET revoked_floor_us = $2, revoked_submicro_ns = $3 \
+     WHERE credential_id = $1";
+
+// -------------------------------------------------------------------- usage
+
+/// Request ids among $2 already accepted for the accounts $1.
+pub(super) const RECORDED_EVENTS_SQL: &str = "SELECT u.account_id, u.request_id FROM tollgate_usage_events u \
+     WHERE u.account_id = ANY($1) AND u.request_id = ANY($2)";
+
+// ------------------------------------------------------------------ persist
+
+/// The one write statement of the locking path. Each data-modifying CTE
+/// consumes parallel arrays, one per column (empty ones are no-ops), so every
+/// operation persists in one round trip, and the counts returned prove every
+/// intended row was written.
+pub(super) const PERSIST_SQL: &str = "
+WITH accounts AS (
+    UPDATE tollgate_accounts AS a
+    SET credited = u.credited, available = u.available, reserved = u.reserved,
+        consumed = u.consumed, overage = u.overage, billed = u.billed,
+        next_fence = u.next_fence
+    FROM unnest($1::text[], $2::int8[], $3::int8[], $4::int8[], $5::int8[], $6::int8[],
+                $7::int8[], $8::int8[])
+        AS u(account_id, credited, available, reserved, consumed, overage, billed, next_fence)
+    WHERE a.account_id = u.account_id
+    RETURNING 1
+), leases AS (
+    UPDATE tollgate_leases AS l
+    SET used = u.used, state = u.state,
+        settled_at = CASE WHEN u.state = 'active' THEN NULL ELSE coalesce(l.settled_at, now()) END
+    FROM unnest($9::text[], $10::int8[], $11::text[]) AS u(lease_id, used, state)
+    WHERE l.lease_id = u.lease_id
+    RETURNING 1
+), granted AS (
+    INSERT INTO tollgate_leases (lease_id, account_id, fencing_token, capability_hash, granted,
+        used, state, expiry_floor_us, expiry_submicro_ns, expiry_is_upper_bound)
+    SELECT u.lease_id, u.account_id, u.fencing_token, u.capability_hash, u.granted,
+        u.used, u.state, u.expiry_floor_us, u.expiry_submicro_ns, u.expiry_is_upper_bound
+    FROM unnest($12::text[], $13::text[], $14::int8[], $15::bytea[], $16::int8[], $17::int8[],
+                $18::text[], $19::int8[], $20::int2[], $21::bool[])
+        AS u(lease_id, account_id, fencing_token, capability_hash, granted, used, state,
+             expiry_floor_us, expiry_submicro_ns, expiry_is_upper_bound)
+    RETURNING 1
+), credentials AS (
+    UPDATE tollgate_credentials AS c
+    SET accepted_events = u.accepted_events, accepted_units = u.accepted_units,
+        last_used_floor_us = u.last_used_floor_us, last_used_submicro_ns = u.last_used_submicro_ns
+    FROM unnest($22::text[], $23::int8[], $24::int8[], $25::int8[], $26::int2[])
+        AS u(credential_id, accepted_events, accepted_units, last_used_floor_us,
+             last_used_submicro_ns)
+    WHERE c.credential_id = u.credential_id
+    RETURNING 1
+), events AS (
+    INSERT INTO tollgate_usage_events (account_id, request_id, credential_id, units,
+        occurred_at_floor_us, occurred_at_submicro_ns, lease_id, fencing_token)
+    SELECT u.account_id, u.request_id, u.credential_id, u.units, u.occurred_at_floor_us,
+        u.occurred_at_submicro_ns, u.lease_id, u.fencing_token
+    FROM unnest($27::text[], $28::text[], $29::text[], $30::int8[], $31::int8[], $32::int2[],
+                $33::text[], $34::int8[])
+        AS u(account_id, request_id, credential_id, units, occurred_at_floor_us,
+             occurred_at_submicro_ns, lease_id, fencing_token)
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM accounts), (SELECT count(*) FROM leases),
+       (SELECT count(*) FROM granted), (SELECT count(*) FROM credentials),
+       (SELECT count(*) FROM events)";
+
+// ----------------------------------------------------------- unlocked path
+
+/// Stores the account's new counters ($3) and inserts the granted lease
+/// ($4–$12), only if every counter still holds what the core decided on
+/// ($2). Returns whether it wrote, and the account as the statement found it
+/// (its snapshot, from before the write), for deciding again when it did not.
+pub(super) const ACQUIRE_IF_UNCHANGED_SQL: &str = concat!(
+    "
+WITH account AS (
+    UPDATE tollgate_accounts AS a
+    SET ",
+    assign_elements!("$3"),
+    "
+    WHERE a.account_id = $1
+      AND (",
+    counters!("a."),
+    ")
+          = (",
+    elements!("$2"),
+    ")
+    RETURNING a.account_id
+), granted AS (
+    INSERT INTO tollgate_leases (lease_id, account_id, fencing_token, capability_hash, granted,
+        used, state, expiry_floor_us, expiry_submicro_ns, expiry_is_upper_bound)
+    SELECT $4, account.account_id, $5, $6, $7, $8, $9, $10, $11, $12
+    FROM account
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM granted) AS written, ",
+    account_columns!(),
+    " FROM tollgate_accounts a WHERE a.account_id = $1"
+);
+
+/// The release write, for an account condition: settles lease $1 if every
+/// column of its row still holds what the core decided on ($1–$3, $6–$11;
+/// `state` must be active), under its account's lock taken without waiting,
+/// and adds the lease's account change ($5, counters in `COUNTER_NAMES`
+/// order) to the account. Returns whether it wrote, the account's counters as
+/// written (the change is added to whatever the row held by then, which may
+/// differ from the view), and the lease and account as the statement found
+/// them (its snapshot).
+macro_rules! release_if_unchanged {
+    ($account_condition:expr) => {
+        concat!(
+            "
+WITH locked AS (
+    SELECT a.account_id
+    FROM tollgate_accounts AS a
+    WHERE a.account_id = $2",
+            $account_condition,
+            "
+    FOR NO KEY UPDATE SKIP LOCKED
+), settled AS (
+    UPDATE tollgate_leases AS l
+    SET state = $4, settled_at = now()
+    FROM locked
+    WHERE l.lease_id = $1
+      AND l.account_id = locked.account_id
+      AND l.state = 'active'
+      AND l.used = $3
+      AND (l.fencing_token, l.capability_hash, l.granted, l.expiry_floor_us, l.expiry_submicro_ns,
+           l.expiry_is_upper_bound) = ($6, $7, $8, $9, $10, $11)
+    RETURNING l.account_id
+), accounts AS (
+    UPDATE tollgate_accounts AS a
+    SET ",
+            add_elements!("$5"),
+            "
+    FROM settled
+    WHERE a.account_id = settled.account_id
+    RETURNING ",
+            counters!("a."),
+            "
+)
+SELECT (SELECT count(*) FROM accounts) AS written, w.credited AS written_credited,
+    w.available AS written_available, w.reserved AS written_reserved,
+    w.consumed AS written_consumed, w.overage AS written_overage, w.billed AS written_billed,
+    w.next_fence AS written_next_fence, ",
+            account_columns!(),
+            ", ",
+            lease_columns!(),
+            " FROM tollgate_leases l JOIN tollgate_accounts a ON a.account_id = l.account_id \
+     LEFT JOIN accounts w ON true WHERE l.lease_id = $1"
+        )
+    };
+}
+
+/// The release write for a view read from the rows: the core decided on a
+/// decoded row, and the change is added to whatever the account holds.
+pub(super) const RELEASE_READ_IF_UNCHANGED_SQL: &str = release_if_unchanged!("");
+
+/// The release write for a remembered view, which was never decoded from the
+/// row: the account's counters must also still be those of the view ($12),
+/// so that only a row equal to it in every column is written.
+pub(super) const RELEASE_GUESSED_IF_UNCHANGED_SQL: &str =
+    release_if_unchanged!(concat!("\n      AND (", counters!("a."), ")\n          = (", elements!("$12"), ")"));
+
+/// Settles every listed lease that is still active with the `used` the core
+/// read, whose account it can lock without waiting, and adds each settled
+/// lease's account change ($5–$11, one array per counter in `COUNTER_NAMES`
+/// order) to its account. Returns the settled lease ids. Locks follow the
+/// global order: accounts by `account_id`, then their leases by `lease_id`
+/// (`leases`), before the UPDATE touches any lease row.
+pub(super) const SETTLE_IF_UNCHANGED_SQL: &str = concat!(
+    "
+WITH locked AS (
+    SELECT u.*
+    FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::int8[], $6::int8[], $7::int8[],
+                $8::int8[], $9::int8[], $10::int8[], $11::int8[])
+        AS u(account_id, lease_id, used, state, ",
+    counters!(""),
+    ")
+    JOIN tollgate_accounts AS a ON a.account_id = u.account_id
+    ORDER BY a.account_id
+    FOR NO KEY UPDATE OF a SKIP LOCKED
+), leases AS (
+    SELECT l.lease_id
+    FROM tollgate_leases AS l
+    JOIN locked AS k ON k.lease_id = l.lease_id AND k.account_id = l.account_id
+    ORDER BY l.lease_id
+    FOR UPDATE OF l
+), settled AS (
+    UPDATE tollgate_leases AS l
+    SET state = k.state, settled_at = now()
+    FROM locked AS k
+    JOIN leases AS x ON x.lease_id = k.lease_id
+    WHERE l.lease_id = k.lease_id
+      AND l.account_id = k.account_id
+      AND l.state = 'active'
+      AND l.used = k.used
+    RETURNING l.lease_id, l.account_id, ",
+    counters!("k."),
+    "
+), totals AS (
+    SELECT s.account_id, sum(s.credited) AS credited, sum(s.available) AS available,
+        sum(s.reserved) AS reserved, sum(s.consumed) AS consumed, sum(s.overage) AS overage,
+        sum(s.billed) AS billed, sum(s.next_fence) AS next_fence
+    FROM settled AS s
+    GROUP BY s.account_id
+), accounts AS (
+    UPDATE tollgate_accounts AS a
+    SET credited = a.credited + t.credited, available = a.available + t.available,
+        reserved = a.reserved + t.reserved, consumed = a.consumed + t.consumed,
+        overage = a.overage + t.overage, billed = a.billed + t.billed,
+        next_fence = a.next_fence + t.next_fence
+    FROM totals AS t
+    WHERE a.account_id = t.account_id
+    RETURNING 1
+)
+SELECT s.lease_id FROM settled AS s"
+);
+
+// ------------------------------------------------------------------- checks
+
+/// One page of accounts after $1, at most $2, in `account_id` order.
+pub(super) const CHECK_ACCOUNTS_SQL: &str = concat!(
+    "SELECT ",
+    account_columns!(),
+    " FROM tollgate_accounts a WHERE a.account_id > $1 ORDER BY a.account_id LIMIT $2"
+);
+
+/// The active leases of the accounts $1: only `granted` and `used` enter the
+/// equations.
+pub(super) const CHECK_LEASES_SQL: &str = "SELECT l.lease_id, l.account_id, l.granted, l.used FROM tollgate_leases l \
+     WHERE l.account_id = ANY($1) AND l.state = 'active'";
+
+/// Leases by state and by whether their expiry is an upper bound.
+pub(super) const LEGACY_BOUNDS_SQL: &str = "SELECT state, expiry_is_upper_bound, count(*) FROM tollgate_leases \
+     GROUP BY state, expiry_is_upper_bound";
+
+pub(super) const CHECK_SNAPSHOT_SQL: &str = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY";
+
+// ---------------------------------------------------------------- settings
+
+pub(super) const APPLIED_MIGRATIONS_SQL: &str = "SELECT version FROM _sqlx_migrations WHERE success ORDER BY version";
+
+pub(super) const SHARED_CLOCK_SQL: &str = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8";
+
+pub(super) const REPLACE_SETTING_SQL: &str = "INSERT INTO tollgate_settings (key, value) VALUES ($1, $2) \
+     ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()";
+
+/// Records a setting unless one is recorded, and returns the recorded value.
+/// The CTE's insert is invisible to the outer SELECT of the same statement,
+/// so at most one branch yields a row: the value this statement recorded, or
+/// the one recorded before. Neither does when another server's insert was
+/// uncommitted as the statement began: the insert waits for that commit and
+/// then does nothing, while the SELECT's snapshot predates the commit.
+/// Running the statement again takes a new snapshot, which sees that row.
+/// (An upsert that always returns the row would also rewrite it on every
+/// startup.)
+pub(super) const PIN_SETTING_SQL: &str = "WITH inserted AS (
+     INSERT INTO tollgate_settings (key, value) VALUES ($1, $2)
+     ON CONFLICT (key) DO NOTHING
+     RETURNING value
+ )
+ SELECT value FROM inserted
+ UNION ALL
+ SELECT s.value FROM tollgate_settings s WHERE s.key = $1";
+
+// ------------------------------------------------------------- idempotency
+
+/// Claims the key: inserts the row, or takes over an expired one. Returns a row
+/// only when this transaction now owns the key; on conflict with a live record
+/// the row is locked all the same (`ON CONFLICT DO UPDATE` locks the row before
+/// it evaluates its `WHERE`).
+pub(super) const CLAIM_KEY_SQL: &str = "INSERT INTO tollgate_idempotency_keys AS k (account_id, lookup_id, fingerprint, sealed_answer, \
+     created_floor_us, created_submicro_ns, expires_floor_us, expires_submicro_ns) \
+     VALUES ($1, $2, $3, '\\x', $4, $5, $6, $7) \
+     ON CONFLICT (account_id, lookup_id) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, \
+     sealed_answer = EXCLUDED.sealed_answer, created_floor_us = EXCLUDED.created_floor_us, \
+     created_submicro_ns = EXCLUDED.created_submicro_ns, expires_floor_us = EXCLUDED.expires_floor_us, \
+     expires_submicro_ns = EXCLUDED.expires_submicro_ns \
+     WHERE (k.expires_floor_us, k.expires_submicro_ns) <= ($4, $5) \
+     RETURNING k.lookup_id";
+
+/// The live record a claim found; read in a statement after the claim, so it
+/// sees the row as committed by whoever held it.
+pub(super) const RECORDED_KEY_SQL: &str = "SELECT k.fingerprint, k.sealed_answer FROM tollgate_idempotency_keys k \
+     WHERE k.account_id = $1 AND k.lookup_id = $2";
+
+pub(super) const RECORD_KEY_SQL: &str = "UPDATE tollgate_idempotency_keys SET sealed_answer = $3 \
+     WHERE account_id = $1 AND lookup_id = $2";
+
+pub(super) const PURGE_KEYS_SQL: &str = "DELETE FROM tollgate_idempotency_keys k USING ( \
+     SELECT e.account_id, e.lookup_id FROM tollgate_idempotency_keys e \
+     WHERE (e.expires_floor_us, e.expires_submicro_ns) <= ($1, $2) \
+     ORDER BY e.expires_floor_us, e.expires_submicro_ns LIMIT $3 FOR UPDATE SKIP LOCKED) d \
+     WHERE k.account_id = d.account_id AND k.lookup_id = d.lookup_id";
+
+pub(super) const LEASE_ACCOUNT_SQL: &str = "SELECT l.account_id FROM tollgate_leases l WHERE l.lease_id = $1";
+
+pub(super) const CREDENTIAL_ACCOUNT_SQL: &str =
+    "SELECT c.account_id FROM tollgate_credentials c WHERE c.credential_id = $1";
+
+#[cfg(test)]
+mod tests {
+    use tollgate_core::COUNTER_NAMES;
+
+    use super::*;
+
+    #[test]
+    fn counter_lists_follow_the_core_names() {
+        let names: Vec<&str> = counters!("").split(", ").collect();
+        assert_eq!(names, COUNTER_NAMES);
+        let written: Vec<String> = COUNTER_NAMES.iter().map(|name| format!("written_{name}")).collect();
+        assert_eq!(WRITTEN_COUNTER_NAMES.to_vec(), written);
+        for (i, name) in COUNTER_NAMES.iter().enumerate() {
+            let k = i + 1;
+            assert!(assign_elements!("$3").contains(&format!("{name} = $3[{k}]")));
+            assert!(add_elements!("$5").contains(&format!("{name} = a.{name} + $5[{k}]")));
+            assert!(elements!("$2").contains(&format!("$2[{k}]")));
+        }
+    }
+
+    #[test]
+    fn the_release_writes_differ_only_in_the_account_condition() {
+        assert!(!RELEASE_READ_IF_UNCHANGED_SQL.contains("$12"));
+        assert!(RELEASE_GUESSED_IF_UNCHANGED_SQL.contains("$12[7]"));
+        assert!(ACQUIRE_IF_UNCHANGED_SQL.contains("next_fence = $3[7]"));
+    }
+}
