@@ -186,7 +186,9 @@ impl AppState {
 /// Layers, outermost first:
 /// - `SetRequestIdLayer` gives each request an `x-request-id` (a UUIDv4,
 ///   unless the client sent one) and `PropagateRequestIdLayer` copies it onto
-///   the response; `TraceLayer` opens one span per request carrying it.
+///   the response; `TraceLayer` opens one span per request carrying it, so
+///   every line logged while serving it names it. Its own failure lines are
+///   off: `error.rs` already logs each 5xx answer with its code.
 /// - `observe` records the request's metrics and refuses `/v1` requests while
 ///   the clocks disagree.
 /// - The timeout is `tower`'s `TimeoutLayer` behind axum's
@@ -206,7 +208,7 @@ pub fn router(state: AppState) -> Router {
         .layer(TimeoutLayer::new(limits.request_timeout));
     let requests = ServiceBuilder::new()
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
-        .layer(TraceLayer::new_for_http().make_span_with(request_span))
+        .layer(TraceLayer::new_for_http().make_span_with(request_span).on_failure(()))
         .layer(PropagateRequestIdLayer::x_request_id());
     routes
         .fallback(unknown_route)

@@ -786,3 +786,28 @@ async fn shutdown_drains_requests_in_flight() {
     server.await.unwrap().unwrap();
     assert!(tokio::net::TcpStream::connect(address).await.is_err(), "no connections after shutdown");
 }
+
+/// Every answer carries an `x-request-id`: the client's own when it sent one,
+/// else a fresh one, different for each request.
+#[tokio::test]
+async fn every_answer_carries_a_request_id() {
+    let app = App::new();
+    let send = |id: Option<&str>, path: &str| {
+        let mut request = axum::http::Request::builder().method(Method::GET).uri(path);
+        if let Some(id) = id {
+            request = request.header("x-request-id", id);
+        }
+        tower::ServiceExt::oneshot(app.router.clone(), request.body(axum::body::Body::empty()).unwrap())
+    };
+    let id_of = |response: &axum::http::Response<axum::body::Body>| {
+        response.headers().get("x-request-id").map(|id| id.to_str().unwrap().to_owned())
+    };
+    let echoed = send(Some("client-chosen-id"), "/healthz").await.unwrap();
+    assert_eq!(id_of(&echoed).as_deref(), Some("client-chosen-id"));
+    let first = id_of(&send(None, "/healthz").await.unwrap()).unwrap();
+    let refused = send(None, "/v1/accounts/a").await.unwrap();
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    let second = id_of(&refused).unwrap();
+    let unrouted = id_of(&send(None, "/nowhere").await.unwrap()).unwrap();
+    assert!(first != second && second != unrouted && !first.is_empty(), "{first} {second} {unrouted}");
+}
