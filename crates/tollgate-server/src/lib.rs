@@ -1,6 +1,8 @@
 //! Tollgate's HTTP service.
 //!
-//! [`router`] builds the whole HTTP surface (every route in `routes.rs`, documented in `docs/openapi.json`) over an [`AppState`]:
+//! [`router`] builds the whole HTTP surface (every route in `routes.rs`,
+//! registered together with its OpenAPI description, served at
+//! `/openapi.json` and checked in as `docs/openapi.json`) over an [`AppState`]:
 //! a store, a clock, operator tokens and metrics. Handler tests call it
 //! directly with a `MemoryStore` and a [`ManualClock`]; the `tollgate` binary
 //! wraps it in [`serve`], which adds the reclaim worker and graceful shutdown.
@@ -23,6 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::Router;
+use axum::error_handling::HandleErrorLayer;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::Method;
 use axum::middleware::{self, Next};
@@ -30,6 +33,10 @@ use axum::response::{IntoResponse, Response};
 use jiff::Timestamp;
 use tokio::net::TcpListener;
 use tollgate_store::Store;
+use tower::ServiceBuilder;
+use tower::timeout::TimeoutLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
 
 pub use auth::{OperatorTokens, Role, TokenError};
 pub use connection::{HEAD_BYTES_MAX, HEADERS_MAX};
@@ -173,16 +180,52 @@ impl AppState {
 }
 
 /// The whole HTTP surface: `/v1` routes, health, readiness, metrics and the
-/// OpenAPI document, with the body limit, the per-request timeout and request
-/// metrics applied to every route.
+/// OpenAPI document, with request IDs, request tracing, request metrics, the
+/// per-request timeout and the body limit applied to every route.
+///
+/// Layers, outermost first:
+/// - `SetRequestIdLayer` gives each request an `x-request-id` (a UUIDv4,
+///   unless the client sent one) and `PropagateRequestIdLayer` copies it onto
+///   the response; `TraceLayer` opens one span per request carrying it, so
+///   every line logged while serving it names it. Its own failure lines are
+///   off: `error.rs` already logs each 5xx answer with its code.
+/// - `observe` records the request's metrics and refuses `/v1` requests while
+///   the clocks disagree.
+/// - The timeout is `tower`'s `TimeoutLayer` behind axum's
+///   `HandleErrorLayer`, so an expired request answers the typed 503
+///   `timeout` body. `tower-http`'s `TimeoutLayer` is not used: it answers a
+///   bare status with an empty body.
+/// - The body limit stays axum's `DefaultBodyLimit`: it only bounds what
+///   [`extract::ApiJson`] reads, so an oversized body is refused with the
+///   typed 413 `payload_too_large` body, after authentication.
+///   `tower-http`'s `RequestBodyLimitLayer` would answer a plain-text 413
+///   before the route's auth extractor runs.
 pub fn router(state: AppState) -> Router {
     let limits = state.limits();
-    routes::routes()
+    let (routes, _) = routes::routes().split_for_parts();
+    let timeout = ServiceBuilder::new()
+        .layer(HandleErrorLayer::new(|_: tower::BoxError| async { ApiError::Timeout }))
+        .layer(TimeoutLayer::new(limits.request_timeout));
+    let requests = ServiceBuilder::new()
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .layer(TraceLayer::new_for_http().make_span_with(request_span).on_failure(()))
+        .layer(PropagateRequestIdLayer::x_request_id());
+    routes
         .fallback(unknown_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limits.body_bytes_max))
+        .layer(timeout)
         .layer(middleware::from_fn_with_state(state.clone(), observe))
+        .layer(requests)
         .with_state(state)
+}
+
+/// The span of one request: its method, route template and request ID, never
+/// its path, which holds identifiers.
+fn request_span(request: &Request) -> tracing::Span {
+    let route = request.extensions().get::<MatchedPath>().map_or("unmatched", MatchedPath::as_str);
+    let request_id = request.headers().get("x-request-id").and_then(|id| id.to_str().ok()).unwrap_or("");
+    tracing::info_span!("request", method = %request.method(), route, request_id)
 }
 
 async fn unknown_route(method: Method, uri: axum::http::Uri) -> ApiError {
@@ -193,42 +236,25 @@ async fn method_not_allowed() -> ApiError {
     ApiError::MethodNotAllowed
 }
 
-/// Applies the per-request timeout and records the request's metrics. The
-/// route label is the matched template, or `unmatched`, never the raw path.
-/// While this server's clock is too far from its storage's, `/v1` requests
-/// are refused before they reach a handler (`clock_check`).
+/// Records the request's metrics. The route label is the matched template,
+/// or `unmatched`, never the raw path. While this server's clock is too far
+/// from its storage's, `/v1` requests are refused before they reach a
+/// handler (`clock_check`).
 async fn observe(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let started = Instant::now();
-    let method = method_label(request.method());
+    let method = metrics::HttpMethod::of(request.method());
     let route = request
         .extensions()
         .get::<MatchedPath>()
         .map(|path| path.as_str().to_owned())
         .unwrap_or_else(|| "unmatched".to_owned());
     let refusal = request.uri().path().starts_with("/v1/").then(|| state.clock_guard().refusal()).flatten();
-    let response = if let Some(why) = refusal {
-        ApiError::ClockSkew(why).into_response()
-    } else {
-        match tokio::time::timeout(state.limits().request_timeout, next.run(request)).await {
-            Ok(response) => response,
-            Err(_) => ApiError::Timeout.into_response(),
-        }
+    let response = match refusal {
+        Some(why) => ApiError::ClockSkew(why).into_response(),
+        None => next.run(request).await,
     };
     state.metrics().observe_request(method, &route, response.status().as_u16(), started.elapsed());
     response
-}
-
-fn method_label(method: &Method) -> &'static str {
-    match *method {
-        Method::GET => "GET",
-        Method::POST => "POST",
-        Method::PUT => "PUT",
-        Method::DELETE => "DELETE",
-        Method::PATCH => "PATCH",
-        Method::HEAD => "HEAD",
-        Method::OPTIONS => "OPTIONS",
-        _ => "other",
-    }
 }
 
 /// Serves `router(state)` on `listener` with the reclaim worker beside it until

@@ -8,13 +8,23 @@ mod serve;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 
 #[derive(Parser)]
 #[command(name = "tollgate", version, about = "Prepaid units for a fleet of gateway workers.")]
 struct Cli {
+    /// How log lines on stderr are written: `text` for people, `json` (one
+    /// object per line) for log collectors.
+    #[arg(long, global = true, value_enum, env = "TOLLGATE_LOG_FORMAT", default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -29,7 +39,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    init_logging(cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -57,7 +67,10 @@ fn main() -> ExitCode {
 /// line, reports). `TOLLGATE_LOG` sets the level: error, warn, info (default),
 /// debug or trace. At info, sqlx's own informational lines (PostgreSQL notices
 /// such as "relation already exists, skipping") are left out as noise.
-fn init_logging() {
+/// `--log-format json` writes each line as one JSON object, with the fields of
+/// the request span (method, route template, request ID) it was logged in.
+fn init_logging(format: LogFormat) {
+    use tracing_subscriber::Layer;
     use tracing_subscriber::filter::Targets;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
@@ -68,8 +81,10 @@ fn init_logging() {
         .unwrap_or(tracing::Level::INFO);
     let sqlx_level = if level == tracing::Level::INFO { tracing::Level::WARN } else { level };
     let filter = Targets::new().with_default(level).with_target("sqlx", sqlx_level);
-    tracing_subscriber::registry()
-        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_target(false))
-        .with(filter)
-        .init();
+    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_target(false);
+    let lines = match format {
+        LogFormat::Text => lines.boxed(),
+        LogFormat::Json => lines.json().boxed(),
+    };
+    tracing_subscriber::registry().with(lines).with(filter).init();
 }

@@ -39,37 +39,48 @@ fn event(request_id: &str, credential_id: &str, units: u64, lease: Option<(&str,
     event
 }
 
+/// Each documented operation's role, read from the served document: one with
+/// no `security` is public, one that lists 403 is for the admin only, and any
+/// other takes either operator token. Path parameters name things that do not
+/// exist: auth is decided before the store is asked.
+fn documented_routes() -> Vec<(Method, String, Option<bool>)> {
+    let document: Value = serde_json::from_str(tollgate_server::openapi::document()).unwrap();
+    let mut routes = vec![];
+    for (template, item) in document["paths"].as_object().unwrap() {
+        let path: String = template
+            .split('/')
+            .map(|segment| if segment.starts_with('{') { "x" } else { segment })
+            .collect::<Vec<_>>()
+            .join("/");
+        for (method, operation) in item.as_object().unwrap() {
+            let method = Method::from_bytes(method.to_ascii_uppercase().as_bytes()).unwrap();
+            let admin_only = operation["security"].is_array().then(|| operation["responses"]["403"].is_object());
+            routes.push((method, path.clone(), admin_only));
+        }
+    }
+    routes
+}
+
 #[tokio::test]
 async fn every_route_enforces_its_role() {
     let app = App::new();
-    // (method, path, admin only). Paths name things that do not exist: auth is
-    // decided before the store is asked.
-    let routes: [(Method, &str, bool); 14] = [
-        (Method::POST, "/v1/accounts", true),
-        (Method::GET, "/v1/accounts/a", false),
-        (Method::POST, "/v1/accounts/a/credits", true),
-        (Method::POST, "/v1/accounts/a/credentials", true),
-        (Method::GET, "/v1/credentials/c", true),
-        (Method::POST, "/v1/credentials/c/revoke", true),
-        (Method::POST, "/v1/credentials/verify", false),
-        (Method::POST, "/v1/accounts/a/leases", false),
-        (Method::GET, "/v1/leases/l", false),
-        (Method::POST, "/v1/leases/l/release", false),
-        (Method::POST, "/v1/accounts/a/leases/consolidate", false),
-        (Method::POST, "/v1/usage", false),
-        (Method::POST, "/v1/admin/reclaim", true),
-        (Method::GET, "/v1/admin/check", true),
-    ];
+    let routes = documented_routes();
+    assert_eq!(routes.iter().filter(|(_, _, role)| role.is_some()).count(), 14, "{routes:?}");
     for (method, path, admin_only) in routes {
+        let Some(admin_only) = admin_only else {
+            let (status, _) = app.call(As::Nobody, method.clone(), &path, None).await;
+            assert_eq!(status, StatusCode::OK, "{method} {path}");
+            continue;
+        };
         for who in [As::Nobody, As::Stranger] {
             assert_error(
-                app.call(who, method.clone(), path, None).await,
+                app.call(who, method.clone(), &path, None).await,
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",
                 false,
             );
         }
-        let (status, body) = app.call(As::Gateway, method.clone(), path, None).await;
+        let (status, body) = app.call(As::Gateway, method.clone(), &path, None).await;
         if admin_only {
             assert_error((status, body), StatusCode::FORBIDDEN, "forbidden", false);
         } else {
@@ -78,7 +89,7 @@ async fn every_route_enforces_its_role() {
                 "{method} {path}: {status} {body}"
             );
         }
-        let (status, body) = app.call(As::Admin, method.clone(), path, None).await;
+        let (status, body) = app.call(As::Admin, method.clone(), &path, None).await;
         assert!(
             status != StatusCode::UNAUTHORIZED && status != StatusCode::FORBIDDEN,
             "{method} {path}: {status} {body}"
@@ -94,10 +105,6 @@ async fn every_route_enforces_its_role() {
             .unwrap();
         let response = tower::ServiceExt::oneshot(app.router.clone(), request).await.unwrap();
         assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
-    }
-    for path in ["/healthz", "/readyz", "/metrics", "/openapi.json"] {
-        let (status, _) = app.call(As::Nobody, Method::GET, path, None).await;
-        assert_eq!(status, StatusCode::OK, "{path}");
     }
 }
 
@@ -540,7 +547,7 @@ async fn health_readiness_and_metrics_hold_no_secrets() {
     for line in [
         r#"tollgate_leases_total{event="acquired"} 1"#,
         r#"tollgate_http_requests_total{method="POST",route="/v1/accounts/{account_id}/leases",status="201"} 1"#,
-        "tollgate_reclaim_lag_seconds 0",
+        "tollgate_reclaim_lag_seconds 0.0",
     ] {
         assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
     }
@@ -778,4 +785,29 @@ async fn shutdown_drains_requests_in_flight() {
     assert!(response.contains(r#""code":"account_not_found""#), "{response}");
     server.await.unwrap().unwrap();
     assert!(tokio::net::TcpStream::connect(address).await.is_err(), "no connections after shutdown");
+}
+
+/// Every answer carries an `x-request-id`: the client's own when it sent one,
+/// else a fresh one, different for each request.
+#[tokio::test]
+async fn every_answer_carries_a_request_id() {
+    let app = App::new();
+    let send = |id: Option<&str>, path: &str| {
+        let mut request = axum::http::Request::builder().method(Method::GET).uri(path);
+        if let Some(id) = id {
+            request = request.header("x-request-id", id);
+        }
+        tower::ServiceExt::oneshot(app.router.clone(), request.body(axum::body::Body::empty()).unwrap())
+    };
+    let id_of = |response: &axum::http::Response<axum::body::Body>| {
+        response.headers().get("x-request-id").map(|id| id.to_str().unwrap().to_owned())
+    };
+    let echoed = send(Some("client-chosen-id"), "/healthz").await.unwrap();
+    assert_eq!(id_of(&echoed).as_deref(), Some("client-chosen-id"));
+    let first = id_of(&send(None, "/healthz").await.unwrap()).unwrap();
+    let refused = send(None, "/v1/accounts/a").await.unwrap();
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    let second = id_of(&refused).unwrap();
+    let unrouted = id_of(&send(None, "/nowhere").await.unwrap()).unwrap();
+    assert!(first != second && second != unrouted && !first.is_empty(), "{first} {second} {unrouted}");
 }
