@@ -5,6 +5,8 @@
 //! accepted on input); durations are ISO 8601 (`"PT30S"`, `"PT0.000000001S"`);
 //! units are JSON integers up to `u64::MAX`.
 
+#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::too_many_lines))]
+
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 use tollgate_core::{Credential, Error, EventOutcome, IngestError, Lease, Outcome, Settlement, UsageEvent, Violation};

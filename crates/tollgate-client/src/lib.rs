@@ -12,6 +12,8 @@
 //! strict: retry what can succeed, never retry what cannot, bound everything,
 //! and report every event it could not deliver.
 
+#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::too_many_lines))]
+
 mod config;
 mod gateway;
 mod http;

@@ -5,6 +5,8 @@
 //! together with the caller's `now`, and persists what they decide. Two stores that
 //! disagree therefore have a bug in a loader, never two copies of a rule.
 
+#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::too_many_lines))]
+
 pub mod clock;
 pub mod error;
 pub mod ids;

@@ -7,6 +7,8 @@
 //! then credentials); the rules themselves
 //! live in `tollgate-core`, never here.
 
+#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::too_many_lines))]
+
 pub mod inspect;
 pub mod migrations;
 pub mod store;

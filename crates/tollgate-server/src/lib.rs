@@ -9,6 +9,8 @@
 //!
 //! Errors become HTTP statuses in one place, [`error`].
 
+#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::too_many_lines))]
+
 pub mod auth;
 pub mod clock_check;
 mod connection;

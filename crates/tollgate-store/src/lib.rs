@@ -4,6 +4,8 @@
 //! A store does two things only: it loads the state an operation needs and persists
 //! what `tollgate-core` decided. The rules themselves live in the core.
 
+#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::too_many_lines))]
+
 mod idempotency;
 mod memory;
 mod model;

@@ -200,12 +200,14 @@ pub fn body_value(bytes: &[u8]) -> Value {
     }
 }
 
-/// Asserts a Tollgate error answer: its status, stable code and `retryable`.
+/// Asserts a Tollgate error answer: its status, stable code and `retryable`,
+/// and that it explains itself with a message.
 pub fn assert_error(actual: (StatusCode, Value), status: StatusCode, code: &str, retryable: bool) {
     let (actual_status, body) = actual;
     assert_eq!(actual_status, status, "{body}");
     assert_eq!(body["error"]["code"], code, "{body}");
     assert_eq!(body["error"]["retryable"], retryable, "{body}");
+    assert!(body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
 }
 
 #[cfg(test)]

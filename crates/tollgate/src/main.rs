@@ -1,6 +1,8 @@
 //! `tollgate`: serve the HTTP API, migrate a database, or check one before
 //! resuming traffic.
 
+#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::too_many_lines))]
+
 mod check;
 mod config;
 mod migrate;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use clap::Args;
 use jiff::SignedDuration;
-use tollgate_core::{Error, Secret};
+use tollgate_core::{Error, GrantPolicy, Secret};
 use tollgate_pg::{PgStoreConfig, PostgresStore};
 use tollgate_server::{AppState, Limits, OperatorTokens, ReclaimConfig, SystemClock, clock_check};
 use tollgate_store::{MemoryStore, Store};
@@ -101,66 +101,129 @@ struct Opened {
 }
 
 pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let policy = config::policy(args.max_ttl, args.reclaim_grace, args.reclaim_batch)?;
-    let interval = config::positive_std("--reclaim-interval / TOLLGATE_RECLAIM_INTERVAL", args.reclaim_interval)?;
-    let request_timeout = config::positive_std("--request-timeout / TOLLGATE_REQUEST_TIMEOUT", args.request_timeout)?;
-    config::positive_std("--idempotency-retention / TOLLGATE_IDEMPOTENCY_RETENTION", args.idempotency_retention)?;
-    let header_timeout = config::positive_std("--header-timeout / TOLLGATE_HEADER_TIMEOUT", args.header_timeout)?;
-    let idle_timeout = config::positive_std("--idle-timeout / TOLLGATE_IDLE_TIMEOUT", args.idle_timeout)?;
-    let database_connections = if args.database_url.is_some() { args.database_connections.max(1) } else { 0 };
-    let (connections_max, lowered_by) =
-        config::connections_cap(args.max_connections, database_connections, config::open_files_max())?;
-    let on_memory = args.database_url.is_none();
-    let clock_offset_max = match args.clock_offset_max {
-        None => clock_check::OFFSET_MAX_DEFAULT.min(args.reclaim_grace / 4),
-        Some(bound) if bound.is_negative() || bound >= args.reclaim_grace => bail!(
-            "--clock-offset-max / TOLLGATE_CLOCK_OFFSET_MAX is {bound}; it must be at least zero and shorter than \
-             the reclaim grace ({}), or a server whose clock runs ahead could reclaim leases others still honour",
-            args.reclaim_grace
-        ),
-        Some(bound) => bound,
-    };
-
-    let Configured { admin, gateway, generated } = configured_tokens(args.admin_token, args.gateway_token, on_memory)?;
+    let settings = Settings::of(&args)?;
+    let Configured { admin, gateway, generated } =
+        configured_tokens(args.admin_token.clone(), args.gateway_token.clone(), args.database_url.is_none())?;
     let tokens = OperatorTokens::new(&admin, gateway.as_ref())
         .map_err(|error| anyhow::anyhow!("invalid operator token: {error}"))?;
+    let opened = open_store(&args, &settings).await?;
+    pin_reclaim_grace(opened.store.as_ref(), args.replace_recorded_grace).await?;
 
-    let opened = match &args.database_url {
-        None => Opened {
-            store: Arc::new(MemoryStore::new(policy)),
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {} (--listen / TOLLGATE_LISTEN)", args.listen))?;
+    let address = listener.local_addr().context("the listening socket has no address")?;
+    print_banner(&args, &settings, &opened.description, tokens.has_gateway(), &generated, &admin, address);
+
+    let state = AppState::with_limits(
+        opened.store,
+        Arc::new(SystemClock),
+        tokens,
+        Limits {
+            request_timeout: settings.request_timeout,
+            idempotency_retention: args.idempotency_retention,
+            header_timeout: settings.header_timeout,
+            idle_timeout: settings.idle_timeout,
+            connections_max: settings.connections_max,
+            ..Limits::default()
+        },
+    );
+    state.clock_guard().set_bound(settings.clock_offset_max);
+    report_clock(&state).await?;
+    tollgate_server::serve(listener, state, ReclaimConfig { interval: settings.interval }, shutdown_signal())
+        .await
+        .context("the HTTP server failed")?;
+    if let Some(store) = opened.postgres {
+        // Operations whose callers went away still run; let them finish.
+        store.settled().await;
+        store.pool().close().await;
+    }
+    tracing::info!("stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The configuration `serve` derives from its arguments, each value checked.
+struct Settings {
+    policy: GrantPolicy,
+    interval: std::time::Duration,
+    request_timeout: std::time::Duration,
+    header_timeout: std::time::Duration,
+    idle_timeout: std::time::Duration,
+    connections_max: NonZeroU32,
+    /// The open-file limit that lowered `--max-connections`, if it did.
+    lowered_by: Option<u64>,
+    clock_offset_max: SignedDuration,
+}
+
+impl Settings {
+    fn of(args: &ServeArgs) -> anyhow::Result<Settings> {
+        let policy = config::policy(args.max_ttl, args.reclaim_grace, args.reclaim_batch)?;
+        let interval = config::positive_std("--reclaim-interval / TOLLGATE_RECLAIM_INTERVAL", args.reclaim_interval)?;
+        let request_timeout =
+            config::positive_std("--request-timeout / TOLLGATE_REQUEST_TIMEOUT", args.request_timeout)?;
+        config::positive_std("--idempotency-retention / TOLLGATE_IDEMPOTENCY_RETENTION", args.idempotency_retention)?;
+        let header_timeout = config::positive_std("--header-timeout / TOLLGATE_HEADER_TIMEOUT", args.header_timeout)?;
+        let idle_timeout = config::positive_std("--idle-timeout / TOLLGATE_IDLE_TIMEOUT", args.idle_timeout)?;
+        let database_connections = if args.database_url.is_some() { args.database_connections.max(1) } else { 0 };
+        let (connections_max, lowered_by) =
+            config::connections_cap(args.max_connections, database_connections, config::open_files_max())?;
+        let clock_offset_max = match args.clock_offset_max {
+            None => clock_check::OFFSET_MAX_DEFAULT.min(args.reclaim_grace / 4),
+            Some(bound) if bound.is_negative() || bound >= args.reclaim_grace => bail!(
+                "--clock-offset-max / TOLLGATE_CLOCK_OFFSET_MAX is {bound}; it must be at least zero and shorter \
+                 than the reclaim grace ({}), or a server whose clock runs ahead could reclaim leases others \
+                 still honour",
+                args.reclaim_grace
+            ),
+            Some(bound) => bound,
+        };
+        Ok(Settings {
+            policy,
+            interval,
+            request_timeout,
+            header_timeout,
+            idle_timeout,
+            connections_max,
+            lowered_by,
+            clock_offset_max,
+        })
+    }
+}
+
+/// Opens the memory store, or PostgreSQL (applying pending migrations).
+async fn open_store(args: &ServeArgs, settings: &Settings) -> anyhow::Result<Opened> {
+    let Some(url) = &args.database_url else {
+        return Ok(Opened {
+            store: Arc::new(MemoryStore::new(settings.policy)),
             description: "memory (in this process; everything is lost when it stops)".to_owned(),
             postgres: None,
-        },
-        Some(url) => {
-            let options = config::database_options(url)?;
-            let where_ = config::describe_database(&options);
-            // Waits inside an operation stay below the request timeout, so that
-            // a write does not take effect long after its caller was answered.
-            let wait_max = (request_timeout / 2).min(PgStoreConfig::default().acquire_timeout);
-            let pg_config = PgStoreConfig {
-                connections_max: args.database_connections.max(1),
-                acquire_timeout: wait_max,
-                lock_timeout: Some(wait_max),
-            };
-            let store = PostgresStore::connect_with(url, policy, pg_config).await.map_err(|error| {
-                anyhow::anyhow!("cannot open PostgreSQL at {where_} ({DATABASE_URL_SETTING}): {error}")
-            })?;
-            let applied = store.applied_migrations();
-            if !applied.is_empty() {
-                let versions: Vec<String> = applied.iter().map(|m| format!("{:04}", m.version)).collect();
-                tracing::info!(versions = %versions.join(","), "applied pending migrations at startup");
-            }
-            Opened {
-                store: Arc::new(store.clone()),
-                description: format!("postgres ({where_})"),
-                postgres: Some(store),
-            }
-        }
+        });
     };
+    let options = config::database_options(url)?;
+    let where_ = config::describe_database(&options);
+    // Waits inside an operation stay below the request timeout, so that
+    // a write does not take effect long after its caller was answered.
+    let wait_max = (settings.request_timeout / 2).min(PgStoreConfig::default().acquire_timeout);
+    let pg_config = PgStoreConfig {
+        connections_max: args.database_connections.max(1),
+        acquire_timeout: wait_max,
+        lock_timeout: Some(wait_max),
+    };
+    let store = PostgresStore::connect_with(url, settings.policy, pg_config)
+        .await
+        .map_err(|error| anyhow::anyhow!("cannot open PostgreSQL at {where_} ({DATABASE_URL_SETTING}): {error}"))?;
+    let applied = store.applied_migrations();
+    if !applied.is_empty() {
+        let versions: Vec<String> = applied.iter().map(|m| format!("{:04}", m.version)).collect();
+        tracing::info!(versions = %versions.join(","), "applied pending migrations at startup");
+    }
+    Ok(Opened { store: Arc::new(store.clone()), description: format!("postgres ({where_})"), postgres: Some(store) })
+}
 
-    // Every server sharing storage must settle grants under one boundary.
-    match opened.store.pin_reclaim_grace(args.replace_recorded_grace).await {
-        Ok(()) => {}
+/// Every server sharing storage must settle grants under one boundary.
+async fn pin_reclaim_grace(store: &dyn Store, replace: bool) -> anyhow::Result<()> {
+    match store.pin_reclaim_grace(replace).await {
+        Ok(()) => Ok(()),
         Err(Error::ReclaimGraceMismatch { recorded, configured }) => bail!(
             "reclaim grace mismatch: the database records {recorded}, but --reclaim-grace / TOLLGATE_RECLAIM_GRACE \
              is {configured}. Servers sharing a database must share one grace; start this one with the recorded \
@@ -168,19 +231,26 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         ),
         Err(error) => bail!("cannot record the reclaim grace in storage: {error}"),
     }
+}
 
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("cannot listen on {} (--listen / TOLLGATE_LISTEN)", args.listen))?;
-    let address = listener.local_addr().context("the listening socket has no address")?;
-
+/// What the operator reads at startup, ending with the listening line.
+fn print_banner(
+    args: &ServeArgs,
+    settings: &Settings,
+    store: &str,
+    has_gateway: bool,
+    generated: &[(&'static str, Secret)],
+    admin: &Secret,
+    address: SocketAddr,
+) {
     println!("tollgate {}", env!("CARGO_PKG_VERSION"));
-    println!("store: {}", opened.description);
+    println!("store: {store}");
     println!(
         "policy: max ttl {}, reclaim grace {}, reclaim every {} in batches of at most {}",
         args.max_ttl, args.reclaim_grace, args.reclaim_interval, args.reclaim_batch
     );
-    match lowered_by {
+    let connections_max = settings.connections_max;
+    match settings.lowered_by {
         None => println!(
             "connections: at most {connections_max} open; header timeout {}, idle timeout {}",
             args.header_timeout, args.idle_timeout
@@ -194,32 +264,22 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if generated.is_empty() {
         println!(
             "auth: send Authorization: Bearer <token> with the admin token{} you configured",
-            if tokens.has_gateway() { " or the gateway token" } else { "" }
+            if has_gateway { " or the gateway token" } else { "" }
         );
     } else {
         println!("auth: generated operator tokens for this run (set them yourself to keep them across restarts):");
-        for (env, secret) in &generated {
+        for (env, secret) in generated {
             println!("  {env}={}", secret.expose());
         }
         println!("  e.g. curl -H 'Authorization: Bearer {}' http://{address}/v1/admin/check", admin.expose());
     }
     println!("listening on http://{address}");
+}
 
-    let state = AppState::with_limits(
-        opened.store,
-        Arc::new(SystemClock),
-        tokens,
-        Limits {
-            request_timeout,
-            idempotency_retention: args.idempotency_retention,
-            header_timeout,
-            idle_timeout,
-            connections_max,
-            ..Limits::default()
-        },
-    );
-    state.clock_guard().set_bound(clock_offset_max);
-    match clock_check::check(&state).await {
+/// Compares this server's clock with the database's once at startup: a
+/// skewed server starts but does not serve until the clocks agree.
+async fn report_clock(state: &AppState) -> anyhow::Result<()> {
+    match clock_check::check(state).await {
         Ok(None) => {}
         Ok(Some(status)) if status.skewed() => {
             tracing::error!("not serving until the clocks agree: {}", status.explain())
@@ -230,16 +290,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         ),
         Err(error) => bail!("cannot read the database's clock: {error}"),
     }
-    tollgate_server::serve(listener, state, ReclaimConfig { interval }, shutdown_signal())
-        .await
-        .context("the HTTP server failed")?;
-    if let Some(store) = opened.postgres {
-        // Operations whose callers went away still run; let them finish.
-        store.settled().await;
-        store.pool().close().await;
-    }
-    tracing::info!("stopped");
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// The operator tokens, and which of them were generated for this run.

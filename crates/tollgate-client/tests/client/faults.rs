@@ -24,7 +24,7 @@ const MESSAGE_BYTES_MAX: usize = 4 * 1024 * 1024;
 
 /// What the client sees of a matched request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
+pub(crate) enum Fault {
     /// The request is applied; the connection closes before the answer.
     DropAnswer,
     /// The request is applied; the answer is held back this long.
@@ -44,7 +44,7 @@ pub enum Fault {
 /// Applies `fault` to the `nth` (from 1) and following `count - 1` requests
 /// whose request line starts with `method` and whose path contains `path`.
 #[derive(Debug, Clone)]
-pub struct Rule {
+pub(crate) struct Rule {
     pub method: &'static str,
     pub path: &'static str,
     pub nth: u32,
@@ -57,7 +57,7 @@ struct RuleState {
     seen: u32,
 }
 
-pub struct FaultProxy {
+pub(crate) struct FaultProxy {
     pub address: SocketAddr,
     rules: Arc<Mutex<Vec<RuleState>>>,
     faults: Arc<Mutex<Vec<(String, Fault)>>>,
@@ -66,7 +66,7 @@ pub struct FaultProxy {
 }
 
 impl FaultProxy {
-    pub async fn start(upstream: SocketAddr) -> FaultProxy {
+    pub(crate) async fn start(upstream: SocketAddr) -> FaultProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("proxy binds");
         let address = listener.local_addr().expect("proxy address");
         let rules: Arc<Mutex<Vec<RuleState>>> = Arc::default();
@@ -83,21 +83,21 @@ impl FaultProxy {
         FaultProxy { address, rules, faults, released }
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.address)
     }
 
     /// Lets every held answer through, and those held from now on.
-    pub fn release_held(&self) {
+    pub(crate) fn release_held(&self) {
         self.released.send_replace(true);
     }
 
-    pub fn add(&self, rule: Rule) {
+    pub(crate) fn add(&self, rule: Rule) {
         self.rules.lock().unwrap().push(RuleState { rule, seen: 0 });
     }
 
     /// The request lines the proxy has applied a fault to, in order.
-    pub fn faults(&self) -> Vec<(String, Fault)> {
+    pub(crate) fn faults(&self) -> Vec<(String, Fault)> {
         self.faults.lock().unwrap().clone()
     }
 }
@@ -179,7 +179,7 @@ fn rewrite(answer: &[u8], from: &str, to: &str) -> Vec<u8> {
 
 /// One HTTP/1.1 message: its head, then `Content-Length` bytes of body; `None`
 /// when the peer closes first. The server answers every route with a length.
-pub async fn read_message(stream: &mut TcpStream) -> Option<Vec<u8>> {
+pub(crate) async fn read_message(stream: &mut TcpStream) -> Option<Vec<u8>> {
     let mut bytes = Vec::new();
     let mut chunk = [0u8; 16 * 1024];
     loop {
@@ -208,14 +208,14 @@ pub async fn read_message(stream: &mut TcpStream) -> Option<Vec<u8>> {
 
 impl FaultProxy {
     /// A rule for one request.
-    pub fn once(&self, method: &'static str, path: &'static str, nth: u32, fault: Fault) {
+    pub(crate) fn once(&self, method: &'static str, path: &'static str, nth: u32, fault: Fault) {
         self.add(Rule { method, path, nth, count: 1, fault });
     }
 }
 
 /// A fresh store: memory, or a database of its own on PostgreSQL. Keep the
 /// `TestDb` for as long as the server runs.
-pub async fn storage(postgres: bool) -> (Storage, Option<TestDb>) {
+pub(crate) async fn storage(postgres: bool) -> (Storage, Option<TestDb>) {
     if postgres {
         let db = TestDb::create().await;
         (Storage::Postgres { url: db.url().to_owned() }, Some(db))

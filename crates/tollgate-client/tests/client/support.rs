@@ -11,36 +11,36 @@ use tollgate_core::{EventOutcome, IngestError, Outcome, RejectReason, UsageEvent
 use tollgate_store::UsageSink;
 use tollgate_testkit::{ServeProcess, Stderr, clean_command, tollgate_binary};
 
-pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
-pub const GATEWAY_TOKEN: &str = "test-gateway-token-0123456789";
+pub(crate) const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+pub(crate) const GATEWAY_TOKEN: &str = "test-gateway-token-0123456789";
 
 /// A running `tollgate serve`. Killed when dropped.
-pub struct Server {
+pub(crate) struct Server {
     process: ServeProcess,
     pub address: SocketAddr,
 }
 
 /// Where a server keeps its state.
 #[derive(Clone)]
-pub enum Storage {
+pub(crate) enum Storage {
     Memory,
     Postgres { url: String },
 }
 
 impl Server {
     /// Starts a server on an OS-chosen port.
-    pub async fn start(storage: &Storage) -> Server {
+    pub(crate) async fn start(storage: &Storage) -> Server {
         Server::start_on(storage, "127.0.0.1:0").await
     }
 
     /// Starts a server on `listen`, e.g. the address of a server that was
     /// killed, so that clients pointed at it reach the new one.
-    pub async fn start_on(storage: &Storage, listen: &str) -> Server {
+    pub(crate) async fn start_on(storage: &Storage, listen: &str) -> Server {
         Server::start_with(storage, listen, "PT1H").await
     }
 
     /// As `start_on`, with the server's `--max-ttl`.
-    pub async fn start_with(storage: &Storage, listen: &str, max_ttl: &str) -> Server {
+    pub(crate) async fn start_with(storage: &Storage, listen: &str, max_ttl: &str) -> Server {
         let mut command = clean_command(tollgate_binary());
         command
             .args(["serve", "--listen", listen, "--reclaim-grace", "PT30S", "--max-ttl", max_ttl])
@@ -55,32 +55,32 @@ impl Server {
         }
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.address)
     }
 
-    pub fn admin(&self) -> TollgateClient {
+    pub(crate) fn admin(&self) -> TollgateClient {
         client(&self.url(), Some(ADMIN_TOKEN))
     }
 
-    pub fn gateway(&self) -> TollgateClient {
+    pub(crate) fn gateway(&self) -> TollgateClient {
         client(&self.url(), Some(GATEWAY_TOKEN))
     }
 
     /// SIGKILL: no graceful shutdown, requests in flight are cut off.
-    pub async fn kill(&mut self) {
+    pub(crate) async fn kill(&mut self) {
         self.process.kill().await;
     }
 }
 
-pub fn client(url: &str, token: Option<&str>) -> TollgateClient {
+pub(crate) fn client(url: &str, token: Option<&str>) -> TollgateClient {
     TollgateClient::new(ClientConfig::new(url, token)).expect("a valid client configuration")
 }
 
 /// Writer settings for tests against a real server: small batches so that a
 /// run has many of them, quick retries, and enough attempts to ride out a
 /// server restart.
-pub fn writer_config(batch_events_max: usize) -> WriterConfig {
+pub(crate) fn writer_config(batch_events_max: usize) -> WriterConfig {
     WriterConfig {
         queue_events_max: 10_000,
         batch_events_max,
@@ -94,7 +94,7 @@ pub fn writer_config(batch_events_max: usize) -> WriterConfig {
 }
 
 /// A writer whose loss reports are collected for the test to inspect.
-pub fn writer(sink: Arc<dyn UsageSink>, config: WriterConfig) -> (UsageWriter, Arc<Mutex<Vec<LossReport>>>) {
+pub(crate) fn writer(sink: Arc<dyn UsageSink>, config: WriterConfig) -> (UsageWriter, Arc<Mutex<Vec<LossReport>>>) {
     let losses = Arc::new(Mutex::new(Vec::new()));
     let collected = losses.clone();
     let writer = UsageWriter::builder(sink, config)
@@ -105,7 +105,7 @@ pub fn writer(sink: Arc<dyn UsageSink>, config: WriterConfig) -> (UsageWriter, A
 }
 
 /// As `writer`, delivering over HTTP with `client` (`UsageWriter::over_http`).
-pub fn http_writer(client: TollgateClient, config: WriterConfig) -> (UsageWriter, Arc<Mutex<Vec<LossReport>>>) {
+pub(crate) fn http_writer(client: TollgateClient, config: WriterConfig) -> (UsageWriter, Arc<Mutex<Vec<LossReport>>>) {
     let losses = Arc::new(Mutex::new(Vec::new()));
     let collected = losses.clone();
     let writer = UsageWriter::over_http(client, config)
@@ -116,20 +116,20 @@ pub fn http_writer(client: TollgateClient, config: WriterConfig) -> (UsageWriter
 }
 
 /// An account with prepaid units and a credential, created over HTTP.
-pub struct Tenant {
+pub(crate) struct Tenant {
     pub account_id: String,
     pub credential_id: String,
 }
 
 impl Tenant {
-    pub async fn create(admin: &TollgateClient, account_id: &str, units: u64) -> Tenant {
+    pub(crate) async fn create(admin: &TollgateClient, account_id: &str, units: u64) -> Tenant {
         admin.create_account(account_id).await.expect("account created");
         admin.credit(account_id, "initial", units).await.expect("account credited");
         let credential = admin.issue_credential(account_id, "gateway").await.expect("credential issued");
         Tenant { account_id: account_id.to_owned(), credential_id: credential.credential.credential_id }
     }
 
-    pub fn overage(&self, request_id: &str, units: u64) -> UsageEvent {
+    pub(crate) fn overage(&self, request_id: &str, units: u64) -> UsageEvent {
         UsageEvent {
             request_id: request_id.to_owned(),
             account_id: self.account_id.clone(),
@@ -141,7 +141,7 @@ impl Tenant {
         }
     }
 
-    pub fn leased(&self, request_id: &str, units: u64, lease_id: &str, fencing_token: u64) -> UsageEvent {
+    pub(crate) fn leased(&self, request_id: &str, units: u64, lease_id: &str, fencing_token: u64) -> UsageEvent {
         UsageEvent {
             lease_id: Some(lease_id.to_owned()),
             fencing_token: Some(fencing_token),
@@ -151,12 +151,12 @@ impl Tenant {
 }
 
 /// The resolution of Tokio's timers: a deadline is observed at most this late.
-pub const TIMER_TICK: Duration = Duration::from_millis(1);
+pub(crate) const TIMER_TICK: Duration = Duration::from_millis(1);
 
-pub const LEASE_TTL: SignedDuration = SignedDuration::from_secs(600);
+pub(crate) const LEASE_TTL: SignedDuration = SignedDuration::from_secs(600);
 
 /// `recorded = accepted + duplicate + rejected + lost`, nothing pending.
-pub fn assert_accounted(stats: &WriterStats) {
+pub(crate) fn assert_accounted(stats: &WriterStats) {
     assert!(stats.is_drained(), "{stats:#?}");
     assert!(stats.is_conserved(), "{stats:#?}");
     let mut settled = stats.accepted;
@@ -169,7 +169,7 @@ pub fn assert_accounted(stats: &WriterStats) {
 
 /// The server's ledger is consistent and the account billed exactly what the
 /// writer delivered.
-pub async fn assert_ledger(admin: &TollgateClient, account_id: &str, stats: &WriterStats) {
+pub(crate) async fn assert_ledger(admin: &TollgateClient, account_id: &str, stats: &WriterStats) {
     let check = admin.check().await.expect("check runs");
     assert!(check.ok, "{check:#?}");
     let account = admin.account(account_id).await.expect("account readable");
@@ -179,7 +179,7 @@ pub async fn assert_ledger(admin: &TollgateClient, account_id: &str, stats: &Wri
 /// Counts calls and can kill the server right after one call has been
 /// applied, so that its answer is lost exactly as when a server dies between
 /// commit and response.
-pub struct KillingSink {
+pub(crate) struct KillingSink {
     inner: TollgateClient,
     /// The call (counting from 1) after which the server dies.
     kill_after_call: Option<u32>,
@@ -190,7 +190,7 @@ pub struct KillingSink {
 }
 
 impl KillingSink {
-    pub fn new(inner: TollgateClient, kill_after_call: Option<u32>, victim: Option<Server>) -> Arc<Self> {
+    pub(crate) fn new(inner: TollgateClient, kill_after_call: Option<u32>, victim: Option<Server>) -> Arc<Self> {
         Arc::new(Self {
             inner,
             kill_after_call,
@@ -200,7 +200,7 @@ impl KillingSink {
         })
     }
 
-    pub fn calls(&self) -> u32 {
+    pub(crate) fn calls(&self) -> u32 {
         *self.calls.lock().unwrap()
     }
 }

@@ -11,22 +11,23 @@ use serde_json::Value;
 use tollgate_core::{GrantPolicy, Secret};
 use tollgate_server::{AppState, Limits, ManualClock, OperatorTokens, router};
 use tollgate_store::{MemoryStore, Store};
+pub(crate) use tollgate_testkit::assert_error;
 use tower::ServiceExt;
 
-pub const ADMIN: &str = "admin-token-for-handler-tests";
-pub const GATEWAY: &str = "gateway-token-for-handler-tests";
+pub(crate) const ADMIN: &str = "admin-token-for-handler-tests";
+pub(crate) const GATEWAY: &str = "gateway-token-for-handler-tests";
 
 /// 2024-01-01T00:00:00.000000001Z: a start with a nonzero nanosecond, so that
 /// any rounding would show.
-pub fn start() -> Timestamp {
+pub(crate) fn start() -> Timestamp {
     "2024-01-01T00:00:00.000000001Z".parse().unwrap()
 }
 
-pub fn policy() -> GrantPolicy {
+pub(crate) fn policy() -> GrantPolicy {
     GrantPolicy::new(SignedDuration::from_secs(3_600), SignedDuration::from_secs(10), 100).unwrap()
 }
 
-pub struct App {
+pub(crate) struct App {
     pub router: Router,
     pub clock: Arc<ManualClock>,
     pub state: AppState,
@@ -34,7 +35,7 @@ pub struct App {
 
 /// Who sends a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum As {
+pub(crate) enum As {
     Admin,
     Gateway,
     Nobody,
@@ -53,11 +54,11 @@ impl As {
 }
 
 impl App {
-    pub fn new() -> App {
+    pub(crate) fn new() -> App {
         App::with_store(Arc::new(MemoryStore::new(policy())), Limits::default())
     }
 
-    pub fn with_store(store: Arc<dyn Store>, limits: Limits) -> App {
+    pub(crate) fn with_store(store: Arc<dyn Store>, limits: Limits) -> App {
         let clock = Arc::new(ManualClock::new(start()));
         let tokens = OperatorTokens::new(&Secret::new(ADMIN.into()), Some(&Secret::new(GATEWAY.into()))).unwrap();
         let state = AppState::with_limits(store, clock.clone(), tokens, limits);
@@ -66,12 +67,12 @@ impl App {
 
     /// Sends one request and returns its status and JSON body (`Null` when the
     /// body is empty, a JSON string when it is not JSON).
-    pub async fn call(&self, who: As, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+    pub(crate) async fn call(&self, who: As, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
         let bytes = body.map(|b| serde_json::to_vec(&b).unwrap()).unwrap_or_default();
         self.call_raw(who, method, path, bytes).await
     }
 
-    pub async fn call_raw(&self, who: As, method: Method, path: &str, body: Vec<u8>) -> (StatusCode, Value) {
+    pub(crate) async fn call_raw(&self, who: As, method: Method, path: &str, body: Vec<u8>) -> (StatusCode, Value) {
         let mut request = Request::builder().method(method).uri(path);
         if let Some(header) = who.header() {
             request = request.header("authorization", header);
@@ -89,7 +90,14 @@ impl App {
         (status, value)
     }
 
-    pub async fn ok(&self, who: As, method: Method, path: &str, body: Option<Value>, expected: StatusCode) -> Value {
+    pub(crate) async fn ok(
+        &self,
+        who: As,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+        expected: StatusCode,
+    ) -> Value {
         let (status, value) = self.call(who, method.clone(), path, body).await;
         assert_eq!(status, expected, "{method} {path}: {value}");
         value
@@ -97,7 +105,7 @@ impl App {
 
     /// A funded account `acct` with `units` credited and one credential.
     /// Returns the credential's id and key.
-    pub async fn funded(&self, account_id: &str, units: u64) -> (String, String) {
+    pub(crate) async fn funded(&self, account_id: &str, units: u64) -> (String, String) {
         self.ok(
             As::Admin,
             Method::POST,
@@ -125,13 +133,4 @@ impl App {
             .await;
         (credential["credential_id"].as_str().unwrap().to_owned(), credential["key"].as_str().unwrap().to_owned())
     }
-}
-
-/// Asserts an error response: its status, its stable code and `retryable`.
-pub fn assert_error(actual: (StatusCode, Value), status: StatusCode, code: &str, retryable: bool) {
-    let (actual_status, body) = actual;
-    assert_eq!(actual_status, status, "{body}");
-    assert_eq!(body["error"]["code"], code, "{body}");
-    assert_eq!(body["error"]["retryable"], retryable, "{body}");
-    assert!(body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
 }

@@ -27,7 +27,7 @@ use crate::support::{ADMIN, GATEWAY};
 
 /// What one client saw acknowledged.
 #[derive(Debug, Default)]
-pub struct Seen {
+pub(crate) struct Seen {
     pub account_id: String,
     /// Acknowledged leases: `(lease_id, fencing_token)`.
     pub leases: Vec<(String, u64)>,
@@ -37,7 +37,7 @@ pub struct Seen {
 
 /// Counts of what happened to requests, for the report.
 #[derive(Debug, Default)]
-pub struct Tally {
+pub(crate) struct Tally {
     pub requests: AtomicU64,
     pub lost_answers: AtomicU64,
     pub hang_ups: AtomicU64,
@@ -45,9 +45,9 @@ pub struct Tally {
 
 /// The servers a client may talk to; it moves to the next after a failure.
 #[derive(Clone)]
-pub struct Targets(pub Arc<Vec<String>>);
+pub(crate) struct Targets(pub Arc<Vec<String>>);
 
-pub struct Load {
+pub(crate) struct Load {
     pub targets: Targets,
     pub clients: usize,
     pub rounds: usize,
@@ -121,7 +121,7 @@ async fn answered(
 }
 
 /// Creates `count` funded accounts, each with a credential, through `admin`.
-pub async fn accounts(base: &str, prefix: &str, count: usize, units: u64) -> Vec<(String, String)> {
+pub(crate) async fn accounts(base: &str, prefix: &str, count: usize, units: u64) -> Vec<(String, String)> {
     let http = client();
     let mut made = Vec::new();
     for i in 0..count {
@@ -145,7 +145,7 @@ pub async fn accounts(base: &str, prefix: &str, count: usize, units: u64) -> Vec
 
 impl Load {
     /// Runs every client to the end; returns what each saw.
-    pub async fn run(&self, accounts: &[(String, String)]) -> Vec<Seen> {
+    pub(crate) async fn run(&self, accounts: &[(String, String)]) -> Vec<Seen> {
         let mut tasks = Vec::new();
         for (client_index, (account_id, credential_id)) in accounts.iter().cloned().enumerate().take(self.clients) {
             let targets = self.targets.clone();
@@ -212,7 +212,7 @@ impl Load {
 }
 
 /// Checks everything the module documentation promises, through `base`.
-pub async fn verify(base: &str, seen: &[Seen]) {
+pub(crate) async fn verify(base: &str, seen: &[Seen]) {
     let http = client();
     // Reads are retried like writes: a pooled PostgreSQL connection that died
     // while idle fails the one request that next uses it, retryably.

@@ -12,12 +12,13 @@ use crate::support::{ADMIN, As, GATEWAY, PROCESS_WAIT_MAX, Server, assert_error}
 
 /// The arguments the walk needs: a short grace and a fast reclaim interval,
 /// so an abandoned lease is reclaimed within a second.
-pub const SERVE_ARGS: [&str; 6] = ["--max-ttl", "PT1H", "--reclaim-grace", "PT0.1S", "--reclaim-interval", "PT0.05S"];
+pub(crate) const SERVE_ARGS: [&str; 6] =
+    ["--max-ttl", "PT1H", "--reclaim-grace", "PT0.1S", "--reclaim-interval", "PT0.05S"];
 
 const ACCOUNT: &str = "acct-e2e";
 
 /// What the walk needs to know about the store behind the server.
-pub struct Backend {
+pub(crate) struct Backend {
     pub name: &'static str,
     /// The largest units one event may carry on this store.
     pub units_max: u64,
@@ -42,7 +43,7 @@ fn ts(value: &Value) -> Timestamp {
     value.as_str().expect("a timestamp string").parse().expect("an RFC 3339 timestamp")
 }
 
-pub async fn walk(server: &Server, backend: Backend) {
+pub(crate) async fn walk(server: &Server, backend: Backend) {
     let s = server;
     let account_path = format!("/v1/accounts/{ACCOUNT}");
 
