@@ -12,6 +12,7 @@ use tollgate_core::{GrantPolicy, Secret};
 use tollgate_server::{AppState, Limits, ManualClock, OperatorTokens, router};
 use tollgate_store::{MemoryStore, Store};
 pub(crate) use tollgate_testkit::assert_error;
+use tollgate_testkit::body_value;
 use tower::ServiceExt;
 
 pub(crate) const ADMIN: &str = "admin-token-for-handler-tests";
@@ -81,13 +82,7 @@ impl App {
         let response = self.router.clone().oneshot(request).await.unwrap();
         let status = response.status();
         let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
-        let value = if bytes.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_slice(&bytes)
-                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
-        };
-        (status, value)
+        (status, body_value(&bytes))
     }
 
     pub(crate) async fn ok(
