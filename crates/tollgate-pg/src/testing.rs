@@ -26,6 +26,42 @@ const LEFTOVER_AGE_MAX: Duration = Duration::from_secs(3600);
 /// that two test processes per core stay far below `max_connections`.
 const POOL_CONNECTIONS_MAX: u32 = 8;
 
+/// Partitions per per-account table in `TestDb::partition_by_account`.
+pub const HASH_PARTITIONS: u32 = 8;
+
+/// The conversion `TestDb::partition_by_account` runs: one PL/pgSQL block that
+/// reads the per-account tables and their keys, indexes and foreign keys from
+/// the catalogue, then renames each table, creates the partitioned table
+/// `LIKE` it (columns, defaults, checks), its partitions, copies the rows,
+/// drops the old table, and recreates keys, indexes and foreign keys from
+/// their catalogue definitions. Identifiers are quoted with `format('%I')`.
+const PARTITION_BY_ACCOUNT_SQL: &str = include_str!("testing/partition_by_account.sql");
+
+/// Tables of the current schema with an `account_id` column that are not
+/// partitions themselves: name, whether partitioned by `HASH (account_id)`,
+/// and the number of partitions.
+const PER_ACCOUNT_TABLES_SQL: &str = "
+    SELECT c.relname::text,
+        coalesce(p.partstrat = 'h' AND p.partnatts = 1
+            AND (SELECT a.attname FROM pg_attribute a
+                 WHERE a.attrelid = c.oid AND a.attnum = p.partattrs[0]) = 'account_id', false),
+        (SELECT count(*) FROM pg_inherits i WHERE i.inhparent = c.oid)
+    FROM pg_class c
+    LEFT JOIN pg_partitioned_table p ON p.partrelid = c.oid
+    WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+      AND EXISTS (SELECT FROM pg_attribute a
+                  WHERE a.attrelid = c.oid AND a.attname = 'account_id' AND NOT a.attisdropped)
+    ORDER BY 1";
+
+/// A per-account table as the catalogue describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PerAccountTable {
+    pub name: String,
+    /// Whether it is partitioned by `HASH (account_id)`.
+    pub partitioned: bool,
+    pub partitions: i64,
+}
+
 const HOW_TO_GET_A_DATABASE: &str = "DATABASE_URL is not set. PostgreSQL tests need a \
     server: run them through `scripts/with-postgres`, e.g. \
     `scripts/with-postgres cargo nextest run -p tollgate-pg`, which finds or starts one \
@@ -85,6 +121,63 @@ impl TestDb {
         let db = TestDb::create().await;
         db.migrate().await.expect("embedded migrations apply to an empty database");
         db
+    }
+
+    /// Creates a database with every embedded migration applied, then every
+    /// per-account table hash-partitioned by `account_id` into
+    /// `HASH_PARTITIONS` partitions (`partition_by_account`): the schema as a
+    /// distributed engine would shard it, on one server.
+    pub async fn create_partitioned() -> TestDb {
+        let db = TestDb::create_migrated().await;
+        db.partition_by_account().await;
+        db
+    }
+
+    /// Converts every per-account table (every table of the current schema
+    /// with an `account_id` column, read from the catalogue, so a table added
+    /// later is converted too) into a table `PARTITION BY HASH (account_id)`
+    /// with `HASH_PARTITIONS` partitions, keeping its columns, defaults, checks,
+    /// keys, indexes, foreign keys and rows, in one transaction. PostgreSQL
+    /// refuses a primary key or unique constraint of a partitioned table that
+    /// does not include `account_id`, so this fails for any table whose keys
+    /// would not shard by account. Panics on any failure, and unless every
+    /// per-account table ends up partitioned that way.
+    pub async fn partition_by_account(&self) {
+        let mut tx = self.pool.begin().await.expect("begin the partitioning transaction");
+        sqlx::query("SELECT set_config('tollgate.test_hash_partitions', $1, true)")
+            .bind(HASH_PARTITIONS.to_string())
+            .execute(&mut *tx)
+            .await
+            .expect("set the partition count");
+        sqlx::raw_sql(PARTITION_BY_ACCOUNT_SQL)
+            .execute(&mut *tx)
+            .await
+            .unwrap_or_else(|e| panic!("cannot partition {} by account: {e}", self.name));
+        tx.commit().await.expect("commit the partitioning");
+
+        let tables = self.per_account_tables().await;
+        assert!(!tables.is_empty(), "no per-account table found");
+        for table in &tables {
+            assert_eq!(
+                (table.partitioned, table.partitions),
+                (true, i64::from(HASH_PARTITIONS)),
+                "{} is not hash-partitioned by account_id into {HASH_PARTITIONS} partitions",
+                table.name
+            );
+        }
+    }
+
+    /// The per-account tables of the current schema (those with an
+    /// `account_id` column, partitions excluded), how each is partitioned and
+    /// its partitions.
+    pub async fn per_account_tables(&self) -> Vec<PerAccountTable> {
+        let rows: Vec<(String, bool, i64)> = sqlx::query_as(PER_ACCOUNT_TABLES_SQL)
+            .fetch_all(&self.pool)
+            .await
+            .expect("read the per-account tables from the catalogue");
+        rows.into_iter()
+            .map(|(name, partitioned, partitions)| PerAccountTable { name, partitioned, partitions })
+            .collect()
     }
 
     /// Applies the embedded migrations, as `PostgresStore::connect` would.
@@ -200,6 +293,12 @@ async fn drop_leftovers(conn: &mut PgConnection) {
                 .await;
         }
     }
+}
+
+/// Every SQL statement constant of the store (`src/store/sql.rs`) with its
+/// name, for the tests that hold each statement to the sharding rules.
+pub fn store_statements() -> &'static [(&'static str, &'static str)] {
+    crate::store::STATEMENTS
 }
 
 /// The fields of a PostgreSQL error that tests assert on.

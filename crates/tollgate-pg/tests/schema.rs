@@ -292,11 +292,76 @@ async fn active_expiry_index_covers_both_components() {
     db.drop_now().await;
 }
 
+/// Every primary key, unique constraint and unique index of a per-account
+/// table (one with an `account_id` column) leads with `account_id`, and every
+/// foreign key joins rows of the same account, so each such table can be
+/// distributed by account (the partitioned schema of `tests/partitioning.rs`
+/// depends on it). `tollgate_settings` is the one global table. Read from the
+/// catalogue, so a table added later is held to this too.
+#[tokio::test]
+async fn every_key_of_a_per_account_table_leads_with_account_id() {
+    let db = TestDb::create_migrated().await;
+    let unique: Vec<(String, String, Option<String>)> = sqlx::query_as(
+        "SELECT t.relname::text, i.relname::text, a.attname::text \
+         FROM pg_index x JOIN pg_class t ON t.oid = x.indrelid JOIN pg_class i ON i.oid = x.indexrelid \
+         LEFT JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = x.indkey[0] \
+         WHERE x.indisunique AND t.relnamespace = current_schema()::regnamespace \
+           AND t.relname LIKE 'tollgate\\_%' \
+           AND EXISTS (SELECT FROM pg_attribute c WHERE c.attrelid = t.oid AND c.attname = 'account_id') \
+         ORDER BY 1, 2",
+    )
+    .fetch_all(db.pool())
+    .await
+    .expect("catalogue query");
+    let leading: Vec<String> = unique.iter().map(|(t, i, first)| format!("{t} {i} {first:?}")).collect();
+    assert_eq!(
+        leading,
+        [
+            "tollgate_accounts tollgate_accounts_pkey",
+            "tollgate_credentials tollgate_credentials_account_key_hash_key",
+            "tollgate_credentials tollgate_credentials_pkey",
+            "tollgate_credits tollgate_credits_pkey",
+            "tollgate_idempotency_keys tollgate_idempotency_keys_pkey",
+            "tollgate_leases tollgate_leases_pkey",
+            "tollgate_usage_events tollgate_usage_events_pkey",
+        ]
+        .map(|key| format!("{key} Some(\"account_id\")"))
+    );
+
+    let global: Vec<String> = sqlx::query_scalar(
+        "SELECT t.relname::text FROM pg_class t \
+         WHERE t.relnamespace = current_schema()::regnamespace AND t.relkind IN ('r', 'p') \
+           AND t.relname LIKE 'tollgate\\_%' \
+           AND NOT EXISTS (SELECT FROM pg_attribute c WHERE c.attrelid = t.oid AND c.attname = 'account_id') \
+         ORDER BY 1",
+    )
+    .fetch_all(db.pool())
+    .await
+    .expect("catalogue query");
+    assert_eq!(global, ["tollgate_settings"]);
+
+    // Each foreign key's first columns are account_id on both sides.
+    let foreign: Vec<String> = sqlx::query_scalar(
+        "SELECT k.conrelid::regclass::text || ' ' || pg_get_constraintdef(k.oid) FROM pg_constraint k \
+         WHERE k.contype = 'f' AND k.connamespace = current_schema()::regnamespace ORDER BY 1",
+    )
+    .fetch_all(db.pool())
+    .await
+    .expect("catalogue query");
+    assert!(!foreign.is_empty());
+    for key in &foreign {
+        assert!(key.contains("FOREIGN KEY (account_id") && key.contains("(account_id"), "{key}");
+        let references = key.split(" REFERENCES ").nth(1).unwrap_or_default();
+        assert!(references.contains("(account_id"), "{key}");
+    }
+    db.drop_now().await;
+}
+
 #[test]
-fn catalogue_is_versions_1_through_18_contiguous_and_forward_only() {
+fn catalogue_is_versions_1_through_19_contiguous_and_forward_only() {
     let versions: Vec<i64> = MIGRATOR.iter().map(|m| m.version).collect();
-    assert_eq!(versions, (1..=18).collect::<Vec<i64>>());
-    assert_eq!(latest_version(), 18);
+    assert_eq!(versions, (1..=19).collect::<Vec<i64>>());
+    assert_eq!(latest_version(), 19);
     for migration in MIGRATOR.iter() {
         assert_eq!(migration.migration_type, MigrationType::Simple, "{}", migration.version);
         assert!(!migration.no_tx, "migration {} must run in a transaction", migration.version);
@@ -312,7 +377,7 @@ async fn apply_reports_each_version_once() {
     let first: Vec<i64> = first.iter().map(|m| m.version).collect();
     assert_eq!(first, (1..=14).collect::<Vec<i64>>());
 
-    let second = db.migrate().await.expect("0015-0018 apply");
+    let second = db.migrate().await.expect("0015-0019 apply");
     let described: Vec<(i64, &str)> = second.iter().map(|m| (m.version, m.description.as_str())).collect();
     assert_eq!(
         described,
@@ -321,6 +386,7 @@ async fn apply_reports_each_version_once() {
             (16, "validate unit and fence guards"),
             (17, "lease expiry nanoseconds"),
             (18, "create idempotency keys"),
+            (19, "key every table by account"),
         ]
     );
 

@@ -863,17 +863,17 @@ async fn connect_refuses_a_database_from_a_newer_binary() {
     let db = TestDb::create_migrated().await;
     sqlx::query(
         "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
-         VALUES (19, 'from the future', true, '\\x00', 0)",
+         VALUES (20, 'from the future', true, '\\x00', 0)",
     )
     .execute(db.pool())
     .await
     .unwrap();
     let error = PostgresStore::connect(db.url(), policy(nanos(0))).await.err().expect("refused");
     assert!(
-        matches!(error, ConnectError::Migration(MigrationError::UnknownVersion { version: 19, catalogue_latest: 18 })),
+        matches!(error, ConnectError::Migration(MigrationError::UnknownVersion { version: 20, catalogue_latest: 19 })),
         "{error:?}"
     );
-    assert!(error.to_string().contains("migration 19"), "{error}");
+    assert!(error.to_string().contains("migration 20"), "{error}");
     db.drop_now().await;
 }
 
@@ -885,7 +885,7 @@ async fn a_restarted_store_sees_everything_committed() {
     let db = TestDb::create().await;
     let url = db.url().to_owned();
     let first = PostgresStore::connect(&url, policy(nanos(7))).await.unwrap();
-    assert_eq!(first.applied_migrations().iter().map(|m| m.version).collect::<Vec<_>>(), (1..=18).collect::<Vec<_>>());
+    assert_eq!(first.applied_migrations().iter().map(|m| m.version).collect::<Vec<_>>(), (1..=19).collect::<Vec<_>>());
     funded(&first, "acct", 50).await;
     let cred = credential(&first, "acct").await;
     let lease = first.acquire("acct", 20, nanos(1_000), ts(T0)).await.unwrap();
@@ -1023,7 +1023,7 @@ async fn legacy_leases_drain_through_release_and_reclaim_after_0017() {
         .unwrap();
     }
     let s = PostgresStore::on_test_db(db, policy(nanos(0))).await.unwrap();
-    assert_eq!(s.applied_migrations().iter().map(|m| m.version).collect::<Vec<_>>(), vec![17, 18]);
+    assert_eq!(s.applied_migrations().iter().map(|m| m.version).collect::<Vec<_>>(), vec![17, 18, 19]);
 
     // The recorded upper bound is the stored µs + 999 ns.
     let bound = 1_700_000_000_000_000_999_i128;

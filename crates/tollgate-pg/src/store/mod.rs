@@ -43,6 +43,8 @@ mod persist;
 mod rows;
 mod settings;
 mod sql;
+#[cfg(feature = "testing")]
+mod statements;
 mod tx;
 mod unlocked;
 
@@ -62,6 +64,8 @@ use tollgate_store::{
 pub use connect::{ConnectError, PgStoreConfig, connect_pool};
 #[cfg(feature = "testing")]
 pub use guesses::ReleasePause;
+#[cfg(feature = "testing")]
+pub(crate) use statements::STATEMENTS;
 
 use crate::migrations::{self, AppliedMigration};
 use errors::{storable, storage_error};

@@ -79,6 +79,11 @@ pub(super) async fn persist(conn: &mut PgConnection, changes: &Changes<'_>) -> R
                 .collect::<Result<Vec<_>, _>>()?,
         );
 
+    // The accounts of the updated leases ($35) and credentials ($36).
+    query = query
+        .bind(l.iter().map(|x| x.account_id.clone()).collect::<Vec<_>>())
+        .bind(c.iter().map(|x| x.account_id.clone()).collect::<Vec<_>>());
+
     let written = query.fetch_one(&mut *conn).await.map_err(storage_error)?;
     let expected = (a.len(), l.len(), g.len(), c.len(), e.len());
     let written_usize =

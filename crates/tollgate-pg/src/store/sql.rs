@@ -176,7 +176,7 @@ pub(super) const ACCOUNT_VIEW_SQL: &str = concat!(
     "SELECT ",
     account_columns!(),
     ", (SELECT count(*) FROM tollgate_leases l \
-        WHERE l.account_id = a.account_id AND l.state = 'active') AS active_leases \
+        WHERE l.account_id = $1 AND l.state = 'active') AS active_leases \
      FROM tollgate_accounts a WHERE a.account_id = $1"
 );
 
@@ -272,7 +272,9 @@ pub(super) const RECORDED_EVENTS_SQL: &str = "SELECT u.account_id, u.request_id 
 /// The one write statement of the locking path. Each data-modifying CTE
 /// consumes parallel arrays, one per column (empty ones are no-ops), so every
 /// operation persists in one round trip, and the counts returned prove every
-/// intended row was written.
+/// intended row was written. Every row is found by its account and its key
+/// (the leases' and credentials' accounts are the last two arrays, $35 and
+/// $36), so each write stays within the accounts it names.
 pub(super) const PERSIST_SQL: &str = "
 WITH accounts AS (
     UPDATE tollgate_accounts AS a
@@ -288,8 +290,8 @@ WITH accounts AS (
     UPDATE tollgate_leases AS l
     SET used = u.used, state = u.state,
         settled_at = CASE WHEN u.state = 'active' THEN NULL ELSE coalesce(l.settled_at, now()) END
-    FROM unnest($9::text[], $10::int8[], $11::text[]) AS u(lease_id, used, state)
-    WHERE l.lease_id = u.lease_id
+    FROM unnest($35::text[], $9::text[], $10::int8[], $11::text[]) AS u(account_id, lease_id, used, state)
+    WHERE l.account_id = u.account_id AND l.lease_id = u.lease_id
     RETURNING 1
 ), granted AS (
     INSERT INTO tollgate_leases (lease_id, account_id, fencing_token, capability_hash, granted,
@@ -305,10 +307,10 @@ WITH accounts AS (
     UPDATE tollgate_credentials AS c
     SET accepted_events = u.accepted_events, accepted_units = u.accepted_units,
         last_used_floor_us = u.last_used_floor_us, last_used_submicro_ns = u.last_used_submicro_ns
-    FROM unnest($22::text[], $23::int8[], $24::int8[], $25::int8[], $26::int2[])
-        AS u(credential_id, accepted_events, accepted_units, last_used_floor_us,
+    FROM unnest($36::text[], $22::text[], $23::int8[], $24::int8[], $25::int8[], $26::int2[])
+        AS u(account_id, credential_id, accepted_events, accepted_units, last_used_floor_us,
              last_used_submicro_ns)
-    WHERE c.credential_id = u.credential_id
+    WHERE c.account_id = u.account_id AND c.credential_id = u.credential_id
     RETURNING 1
 ), events AS (
     INSERT INTO tollgate_usage_events (account_id, request_id, credential_id, units,
