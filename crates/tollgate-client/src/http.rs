@@ -315,14 +315,19 @@ impl TollgateClient {
         self.keyed(&["v1", "accounts", account_id, "credentials"], Some(&body)).await
     }
 
-    /// `GET /v1/credentials/{credential_id}` (admin).
-    pub async fn credential(&self, credential_id: &str) -> Result<CredentialBody, ClientError> {
-        self.json(Method::GET, &["v1", "credentials", credential_id], None::<&()>).await.map(|(_, c)| c)
+    /// `GET /v1/accounts/{account_id}/credentials/{credential_id}` (admin).
+    pub async fn credential(&self, account_id: &str, credential_id: &str) -> Result<CredentialBody, ClientError> {
+        let path = ["v1", "accounts", account_id, "credentials", credential_id];
+        self.json(Method::GET, &path, None::<&()>).await.map(|(_, c)| c)
     }
 
-    /// `POST /v1/credentials/{credential_id}/revoke` (admin).
-    pub async fn revoke_credential(&self, credential_id: &str) -> Result<CredentialBody, ClientError> {
-        self.keyed(&["v1", "credentials", credential_id, "revoke"], None::<&()>).await
+    /// `POST /v1/accounts/{account_id}/credentials/{credential_id}/revoke` (admin).
+    pub async fn revoke_credential(
+        &self,
+        account_id: &str,
+        credential_id: &str,
+    ) -> Result<CredentialBody, ClientError> {
+        self.keyed(&["v1", "accounts", account_id, "credentials", credential_id, "revoke"], None::<&()>).await
     }
 
     /// `POST /v1/credentials/verify` (gateway). Never changes activity.
@@ -350,15 +355,22 @@ impl TollgateClient {
         self.keyed_with(key, &["v1", "accounts", account_id, "leases"], Some(&body)).await
     }
 
-    /// `GET /v1/leases/{lease_id}` (gateway), without the capability.
-    pub async fn lease(&self, lease_id: &str) -> Result<LeaseBody, ClientError> {
-        self.json(Method::GET, &["v1", "leases", lease_id], None::<&()>).await.map(|(_, l)| l)
+    /// `GET /v1/accounts/{account_id}/leases/{lease_id}` (gateway), without
+    /// the capability.
+    pub async fn lease(&self, account_id: &str, lease_id: &str) -> Result<LeaseBody, ClientError> {
+        let path = ["v1", "accounts", account_id, "leases", lease_id];
+        self.json(Method::GET, &path, None::<&()>).await.map(|(_, l)| l)
     }
 
-    /// `POST /v1/leases/{lease_id}/release` (gateway).
-    pub async fn release(&self, lease_id: &str, capability: &str) -> Result<ReleaseResponse, ClientError> {
+    /// `POST /v1/accounts/{account_id}/leases/{lease_id}/release` (gateway).
+    pub async fn release(
+        &self,
+        account_id: &str,
+        lease_id: &str,
+        capability: &str,
+    ) -> Result<ReleaseResponse, ClientError> {
         let body = ReleaseRequest { capability: capability.to_owned() };
-        self.keyed(&["v1", "leases", lease_id, "release"], Some(&body)).await
+        self.keyed(&["v1", "accounts", account_id, "leases", lease_id, "release"], Some(&body)).await
     }
 
     /// `POST /v1/accounts/{account_id}/leases/consolidate` (gateway): settles

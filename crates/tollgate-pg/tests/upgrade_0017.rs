@@ -290,7 +290,7 @@ async fn legacy_expiries_become_the_latest_consistent_instant_marked_as_upper_bo
     // The store decodes the same instants, marker included.
     let store = PostgresStore::from_pool(db.pool().clone(), policy()).await.expect("store");
     for w in &written {
-        let lease = store.lease(&w.lease_id).await.expect("lease");
+        let lease = store.lease("acct", &w.lease_id).await.expect("lease");
         assert_eq!(lease.expiry, timestamp(consistent_instants(stored[&w.lease_id]).1), "{}", w.lease_id);
         assert!(lease.expiry_is_upper_bound, "{}", w.lease_id);
     }
@@ -682,16 +682,16 @@ async fn a_catalogue_ending_at_0016_refuses_to_start_after_0017() {
 }
 
 /// Everything a store reports about its data, for comparison across restarts.
-async fn store_view(store: &PostgresStore, lease_ids: &[String]) -> Vec<String> {
+async fn store_view(store: &PostgresStore, lease_ids: &[(String, String)]) -> Vec<String> {
     let mut view = Vec::new();
     for account_id in ["acct-a", "acct-b", "acct-c"] {
         view.push(format!("{:?}", store.account(account_id).await.expect("account")));
     }
-    for lease_id in lease_ids {
-        view.push(format!("{:?}", store.lease(lease_id).await.expect("lease")));
+    for (account_id, lease_id) in lease_ids {
+        view.push(format!("{:?}", store.lease(account_id, lease_id).await.expect("lease")));
     }
-    for credential_id in ["cred-a", "cred-b", "cred-c"] {
-        view.push(format!("{:?}", store.credential(credential_id).await.expect("credential")));
+    for (account_id, credential_id) in [("acct-a", "cred-a"), ("acct-b", "cred-b"), ("acct-c", "cred-c")] {
+        view.push(format!("{:?}", store.credential(account_id, credential_id).await.expect("credential")));
     }
     view
 }
@@ -750,10 +750,11 @@ async fn a_restart_after_the_upgrade_keeps_every_balance_lease_event_and_marker(
             (LeaseState::Consolidated, true, 2),
         ]
     );
-    let mut lease_ids: Vec<String> = sqlx::query_scalar("SELECT lease_id FROM tollgate_leases ORDER BY lease_id")
-        .fetch_all(db.pool())
-        .await
-        .expect("lease ids");
+    let mut lease_ids: Vec<(String, String)> =
+        sqlx::query_as("SELECT account_id, lease_id FROM tollgate_leases ORDER BY lease_id")
+            .fetch_all(db.pool())
+            .await
+            .expect("lease ids");
     lease_ids.sort();
     let view = store_view(&store, &lease_ids).await;
     let rows = exact_rows(db.pool()).await;

@@ -624,6 +624,7 @@ impl Store for FaultyStore {
         _: Option<&Idempotency>,
         _: &str,
         _: &str,
+        _: &str,
         _: Timestamp,
     ) -> Result<Released, Error> {
         self.fail().await
@@ -658,6 +659,7 @@ impl Store for FaultyStore {
         &self,
         _: Option<&Idempotency>,
         _: &str,
+        _: &str,
         _: Timestamp,
     ) -> Result<Credential, Error> {
         self.fail().await
@@ -673,10 +675,10 @@ impl Store for FaultyStore {
         }
         self.fail().await
     }
-    async fn lease(&self, _: &str) -> Result<Lease, Error> {
+    async fn lease(&self, _: &str, _: &str) -> Result<Lease, Error> {
         self.fail().await
     }
-    async fn credential(&self, _: &str) -> Result<Credential, Error> {
+    async fn credential(&self, _: &str, _: &str) -> Result<Credential, Error> {
         self.fail().await
     }
     async fn check(&self) -> Result<CheckReport, Error> {
