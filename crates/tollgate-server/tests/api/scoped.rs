@@ -51,8 +51,8 @@ async fn a_lease_under_another_accounts_route_is_not_found_and_nothing_changes()
 #[tokio::test]
 async fn a_credential_under_another_accounts_route_is_not_found_and_a_rerouted_key_is_unknown() {
     let app = App::new();
-    let (credential_id, key) = app.funded("acct-a", 0).await;
-    app.funded("acct-b", 0).await;
+    let (credential_id, key) = app.funded("acct-a", 1).await;
+    app.funded("acct-b", 1).await;
     for other in ["acct-b", "nobody"] {
         let path = format!("/v1/accounts/{other}/credentials/{credential_id}");
         assert_error(
