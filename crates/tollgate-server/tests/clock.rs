@@ -68,7 +68,10 @@ async fn a_server_whose_clock_is_off_does_not_serve_or_reclaim_until_it_agrees()
     let status = state.clock_guard().last().expect("checked");
     assert!(status.skewed(), "{status:?}");
     assert!(status.sample.offset < SignedDuration::from_secs(-4), "{status:?}");
-    assert_eq!(store.lease(&lease.lease.lease_id).await.expect("lease").state.as_str(), "active");
+    assert_eq!(
+        store.lease(&lease.lease.account_id, &lease.lease.lease_id).await.expect("lease").state.as_str(),
+        "active"
+    );
 
     let (ready, body) = call(&state, Method::GET, "/readyz", None).await;
     assert_eq!(ready, StatusCode::SERVICE_UNAVAILABLE, "{body}");

@@ -387,7 +387,7 @@ async fn a_lost_answer_is_not_double_billed() {
     // Billed once: 18 units, not 36.
     assert_eq!(ledger.billed().await, 18);
     ledger.assert_billed_exactly(&stats).await;
-    let lease = ledger.store.lease(&ledger.lease_id).await.unwrap();
+    let lease = ledger.store.lease(&ledger.tenant.account_id, &ledger.lease_id).await.unwrap();
     assert_eq!(lease.used, 7);
 }
 

@@ -77,7 +77,11 @@ pub(super) async fn persist(conn: &mut PgConnection, changes: &Changes<'_>) -> R
             e.iter()
                 .map(|x| x.fencing_token.map(|f| db_i64(f, "fencing_token")).transpose())
                 .collect::<Result<Vec<_>, _>>()?,
-        );
+        )
+        // The accounts of the existing leases and of the credentials, which
+        // their updates name with their ids.
+        .bind(l.iter().map(|x| x.account_id.clone()).collect::<Vec<_>>())
+        .bind(c.iter().map(|x| x.account_id.clone()).collect::<Vec<_>>());
 
     let written = query.fetch_one(&mut *conn).await.map_err(storage_error)?;
     let expected = (a.len(), l.len(), g.len(), c.len(), e.len());

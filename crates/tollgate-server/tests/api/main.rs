@@ -6,5 +6,6 @@ mod connections;
 mod handlers;
 mod idempotency;
 mod openapi;
+mod scoped;
 mod support;
 mod worker;
