@@ -21,14 +21,15 @@ INSERT INTO tollgate_leases (lease_id, account_id, fencing_token, capability_has
 SELECT 'lse_' || replace(gen_random_uuid()::text, '-', ''), a.account_id, a.fencing_token,
        sha256(convert_to(s.capability, 'UTF8')), 1, 0, 'active', e.floor_us, 0, FALSE
 FROM account AS a, secret AS s, expiry AS e
-RETURNING lease_id, (SELECT capability FROM secret) AS capability
+RETURNING account_id, lease_id, (SELECT capability FROM secret) AS capability
 \gset
 -- Release: check the capability and that the lease is active and before its
 -- reclaim boundary (30 s grace), mark it released, and settle the account.
 WITH lease AS (
     UPDATE tollgate_leases
     SET state = 'released', settled_at = now()
-    WHERE lease_id = :lease_id
+    WHERE account_id = :account_id
+      AND lease_id = :lease_id
       AND state = 'active'
       AND capability_hash = sha256(convert_to(:capability, 'UTF8'))
       AND (expiry_floor_us, expiry_submicro_ns)

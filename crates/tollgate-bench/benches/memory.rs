@@ -27,8 +27,13 @@ fn lease_cycle(c: &mut Criterion) {
             let start = Instant::now();
             for i in 0..iters as usize {
                 let issued = run_ready(store.acquire(&accounts[i % ACCOUNTS], 1, ttl(), now())).expect("acquire");
-                let released = run_ready(store.release(&issued.lease.lease_id, issued.capability.expose(), now()))
-                    .expect("release");
+                let released = run_ready(store.release(
+                    &issued.lease.account_id,
+                    &issued.lease.lease_id,
+                    issued.capability.expose(),
+                    now(),
+                ))
+                .expect("release");
                 black_box(released);
             }
             start.elapsed()

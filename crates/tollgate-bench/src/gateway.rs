@@ -197,7 +197,7 @@ impl Worker {
         }
         let capability = lease.capability.clone().context("a granted lease carries its capability")?;
         let sent = Instant::now();
-        self.gateway.release(&lease.lease_id, &capability).await?;
+        self.gateway.release(&self.account, &lease.lease_id, &capability).await?;
         local.release.record(sent);
         self.counters.releases.fetch_add(1, Ordering::Relaxed);
         Ok(local)

@@ -41,13 +41,16 @@ pub async fn baseline_server(listen: SocketAddr) -> anyhow::Result<()> {
         std::hint::black_box(request);
         (StatusCode::CREATED, [(CONTENT_TYPE, "application/json")], LEASE_BODY)
     }
-    async fn release(Path(_lease_id): Path<String>, Json(request): Json<ReleaseRequest>) -> impl IntoResponse {
+    async fn release(
+        Path((_account_id, _lease_id)): Path<(String, String)>,
+        Json(request): Json<ReleaseRequest>,
+    ) -> impl IntoResponse {
         std::hint::black_box(request);
         ([(CONTENT_TYPE, "application/json")], RELEASE_BODY)
     }
     let router = axum::Router::new()
         .route("/v1/accounts/{account_id}/leases", post(acquire))
-        .route("/v1/leases/{lease_id}/release", post(release));
+        .route("/v1/accounts/{account_id}/leases/{lease_id}/release", post(release));
     let listener = TcpListener::bind(listen).await?;
     println!("listening on http://{}", listener.local_addr()?);
     axum::serve(listener, router).await?;
@@ -74,6 +77,7 @@ pub struct LoadReport {
 
 #[derive(Deserialize)]
 struct Lease {
+    account_id: String,
     lease_id: String,
     capability: Option<String>,
 }
@@ -152,7 +156,7 @@ pub async fn load(config: LoadConfig) -> anyhow::Result<LoadReport> {
                 let capability = lease.capability.context("an acquire response carries the capability")?;
                 let release = serde_json::to_string(&ReleaseRequest { capability })?;
                 let sent = Instant::now();
-                let path = format!("/v1/leases/{}/release", lease.lease_id);
+                let path = format!("/v1/accounts/{}/leases/{}/release", lease.account_id, lease.lease_id);
                 let (status, body) = post_json(&mut sender, &token, &path, release).await?;
                 latencies_us.push(sent.elapsed().as_micros() as u32);
                 if status != 200 {

@@ -65,7 +65,7 @@ pub async fn lease_cycle(url: &str, seconds: f64, tasks: u32) -> anyhow::Result<
     let cycle = |store: Arc<PostgresStore>| async move {
         let account = account_id(rand::random_range(0..ACCOUNTS));
         let issued = store.acquire(&account, 1, ttl(), Timestamp::now()).await?;
-        store.release(&issued.lease.lease_id, issued.capability.expose(), Timestamp::now()).await?;
+        store.release(&account, &issued.lease.lease_id, issued.capability.expose(), Timestamp::now()).await?;
         anyhow::Ok(())
     };
     let cycles = Arc::new(AtomicU64::new(0));

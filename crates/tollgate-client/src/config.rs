@@ -35,7 +35,24 @@ pub struct WriterConfig {
     /// A batch is sent once its oldest event has waited this long, full or not.
     /// `BATCH_AGE_MIN..=BATCH_AGE_LIMIT`.
     pub batch_age_max: Duration,
+    /// Which events share a batch. [`BatchGrouping::RecordingOrder`] by
+    /// default.
+    pub batch_grouping: BatchGrouping,
     pub retry: RetryConfig,
+}
+
+/// Which events the usage writer puts in one batch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum BatchGrouping {
+    /// The oldest queued events, whatever their accounts: the fullest batches.
+    #[default]
+    RecordingOrder,
+    /// The oldest queued events of one account (the oldest event's), so that
+    /// each batch touches one account. On a database distributed by account
+    /// every batch is then a single-shard transaction instead of one spanning
+    /// a shard per account it names; when many accounts interleave, batches
+    /// are smaller and more numerous.
+    ByAccount,
 }
 
 /// Capped exponential backoff with jitter for retryable failures.
@@ -62,6 +79,7 @@ impl Default for WriterConfig {
             queue_events_max: 100_000,
             batch_events_max: 1_000,
             batch_age_max: Duration::from_secs(1),
+            batch_grouping: BatchGrouping::RecordingOrder,
             retry: RetryConfig::default(),
         }
     }

@@ -128,6 +128,9 @@ pub struct GatewayReport {
 
 /// A lease the gateway holds, and how much of it it has spent.
 struct HeldLease {
+    /// The account the lease belongs to, which every route that names the
+    /// lease names too.
+    account_id: String,
     lease_id: String,
     capability: Secret,
     fencing_token: u64,
@@ -151,6 +154,7 @@ impl HeldLease {
             // An expiry too early to subtract the margin from is due.
             renew_at: body.expires_at.checked_sub(margin).unwrap_or(Timestamp::MIN),
             capability: Secret::new(body.capability.unwrap_or_default()),
+            account_id: body.account_id,
             lease_id: body.lease_id,
             fencing_token: body.fencing_token,
             granted: body.granted,
@@ -161,6 +165,11 @@ impl HeldLease {
 
     fn remaining(&self) -> u64 {
         self.granted.saturating_sub(self.spent)
+    }
+
+    /// Releases the lease on its account's route.
+    async fn release(&self, client: &TollgateClient) -> Result<ReleaseResponse, ClientError> {
+        client.release(&self.account_id, &self.lease_id, self.capability.expose()).await
     }
 
     fn handle(&self) -> LeaseHandleBody {
@@ -412,7 +421,7 @@ impl Gateway {
             // Consolidating nothing into nothing is invalid; a fully spent
             // lease is simply handed back and a new one taken. A failed release
             // costs nothing: its usage is flushed, and reclaim settles it later.
-            let _ = self.client.release(&lease.lease_id, lease.capability.expose()).await;
+            let _ = lease.release(&self.client).await;
             return Ok(());
         }
         let key = crate::http::new_idempotency_key();
@@ -496,7 +505,7 @@ impl Gateway {
                 }
             }
             let Some(lease) = state.lease.take() else { continue };
-            let release = self.client.release(&lease.lease_id, lease.capability.expose());
+            let release = lease.release(&self.client);
             let result =
                 within(deadline, release).await.unwrap_or_else(|| Err(shutdown_timeout("the lease was released")));
             match result {

@@ -315,14 +315,19 @@ impl TollgateClient {
         self.keyed(&["v1", "accounts", account_id, "credentials"], Some(&body)).await
     }
 
-    /// `GET /v1/credentials/{credential_id}` (admin).
-    pub async fn credential(&self, credential_id: &str) -> Result<CredentialBody, ClientError> {
-        self.json(Method::GET, &["v1", "credentials", credential_id], None::<&()>).await.map(|(_, c)| c)
+    /// `GET /v1/accounts/{account_id}/credentials/{credential_id}` (admin).
+    pub async fn credential(&self, account_id: &str, credential_id: &str) -> Result<CredentialBody, ClientError> {
+        let path = ["v1", "accounts", account_id, "credentials", credential_id];
+        self.json(Method::GET, &path, None::<&()>).await.map(|(_, c)| c)
     }
 
-    /// `POST /v1/credentials/{credential_id}/revoke` (admin).
-    pub async fn revoke_credential(&self, credential_id: &str) -> Result<CredentialBody, ClientError> {
-        self.keyed(&["v1", "credentials", credential_id, "revoke"], None::<&()>).await
+    /// `POST /v1/accounts/{account_id}/credentials/{credential_id}/revoke` (admin).
+    pub async fn revoke_credential(
+        &self,
+        account_id: &str,
+        credential_id: &str,
+    ) -> Result<CredentialBody, ClientError> {
+        self.keyed(&["v1", "accounts", account_id, "credentials", credential_id, "revoke"], None::<&()>).await
     }
 
     /// `POST /v1/credentials/verify` (gateway). Never changes activity.
@@ -350,15 +355,22 @@ impl TollgateClient {
         self.keyed_with(key, &["v1", "accounts", account_id, "leases"], Some(&body)).await
     }
 
-    /// `GET /v1/leases/{lease_id}` (gateway), without the capability.
-    pub async fn lease(&self, lease_id: &str) -> Result<LeaseBody, ClientError> {
-        self.json(Method::GET, &["v1", "leases", lease_id], None::<&()>).await.map(|(_, l)| l)
+    /// `GET /v1/accounts/{account_id}/leases/{lease_id}` (gateway), without
+    /// the capability.
+    pub async fn lease(&self, account_id: &str, lease_id: &str) -> Result<LeaseBody, ClientError> {
+        let path = ["v1", "accounts", account_id, "leases", lease_id];
+        self.json(Method::GET, &path, None::<&()>).await.map(|(_, l)| l)
     }
 
-    /// `POST /v1/leases/{lease_id}/release` (gateway).
-    pub async fn release(&self, lease_id: &str, capability: &str) -> Result<ReleaseResponse, ClientError> {
+    /// `POST /v1/accounts/{account_id}/leases/{lease_id}/release` (gateway).
+    pub async fn release(
+        &self,
+        account_id: &str,
+        lease_id: &str,
+        capability: &str,
+    ) -> Result<ReleaseResponse, ClientError> {
         let body = ReleaseRequest { capability: capability.to_owned() };
-        self.keyed(&["v1", "leases", lease_id, "release"], Some(&body)).await
+        self.keyed(&["v1", "accounts", account_id, "leases", lease_id, "release"], Some(&body)).await
     }
 
     /// `POST /v1/accounts/{account_id}/leases/consolidate` (gateway): settles
@@ -548,84 +560,4 @@ impl TollgateClient {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    pub(super) fn api(status: u16, code: &str, message: &str, retryable: bool) -> ClientError {
-        ClientError {
-            kind: ClientErrorKind::Api,
-            status: Some(status),
-            code: code.into(),
-            message: message.into(),
-            retryable,
-        }
-    }
-
-    #[test]
-    fn mutation_retries_are_bounded_at_construction() {
-        let with = |attempts: u32, backoff_ms: u64| {
-            let mut config = ClientConfig::new("http://127.0.0.1:1", None);
-            config.mutation_attempts_max = attempts;
-            config.mutation_backoff_initial = Duration::from_millis(backoff_ms);
-            TollgateClient::new(config).map(|_| ())
-        };
-        assert!(with(1, 0).is_ok());
-        assert!(with(MUTATION_ATTEMPTS_MAX, 10_000).is_ok());
-        for (attempts, backoff_ms) in [(0, 100), (MUTATION_ATTEMPTS_MAX + 1, 100), (4, 10_001)] {
-            assert!(matches!(with(attempts, backoff_ms), Err(ClientBuildError::InvalidMutationRetry)), "{attempts}");
-        }
-        let key = new_idempotency_key();
-        assert_eq!(key.len(), 64);
-        assert!(key.bytes().all(|b| b.is_ascii_hexdigit()));
-        assert_ne!(new_idempotency_key(), key);
-    }
-
-    #[test]
-    fn error_bodies_keep_code_message_retryable_and_status() {
-        let body = br#"{"error":{"code":"insufficient_balance","message":"insufficient balance: 1 available, 2 requested","retryable":false}}"#;
-        let error = ClientError::of_response(StatusCode::CONFLICT, body);
-        assert_eq!(error, api(409, "insufficient_balance", "insufficient balance: 1 available, 2 requested", false));
-        assert_eq!(
-            error.to_string(),
-            "insufficient_balance (HTTP 409): insufficient balance: 1 available, 2 requested"
-        );
-
-        let proxy = ClientError::of_response(StatusCode::BAD_GATEWAY, b"<html>bad gateway</html>");
-        assert_eq!(
-            (proxy.kind, proxy.code.as_str(), proxy.retryable),
-            (ClientErrorKind::InvalidResponse, "invalid_response", true)
-        );
-        let teapot = ClientError::of_response(StatusCode::IM_A_TEAPOT, b"");
-        assert!(!teapot.retryable);
-        let throttled = ClientError::of_response(StatusCode::TOO_MANY_REQUESTS, b"");
-        assert!(throttled.retryable);
-    }
-
-    #[test]
-    fn routes_are_joined_under_the_base_path_with_encoded_segments() {
-        let client = |base: &str| TollgateClient::new(ClientConfig::new(base, Some("t"))).unwrap();
-        assert_eq!(
-            client("http://127.0.0.1:8080").url(&["v1", "accounts", "a-1"]).as_str(),
-            "http://127.0.0.1:8080/v1/accounts/a-1"
-        );
-        assert_eq!(
-            client("https://h/tollgate/").url(&["v1", "leases", "l"]).as_str(),
-            "https://h/tollgate/v1/leases/l"
-        );
-        assert_eq!(client("http://h").url(&["v1", "accounts", "../admin"]).as_str(), "http://h/v1/accounts/..%2Fadmin");
-        assert!(matches!(
-            TollgateClient::new(ClientConfig::new("ftp://h", None)),
-            Err(ClientBuildError::InvalidBaseUrl { .. })
-        ));
-        assert!(matches!(
-            TollgateClient::new(ClientConfig::new("not a url", None)),
-            Err(ClientBuildError::InvalidBaseUrl { .. })
-        ));
-        assert!(matches!(
-            TollgateClient::new(ClientConfig::new("http://h", Some("bad\ntoken"))),
-            Err(ClientBuildError::InvalidToken)
-        ));
-        let debug = format!("{:?}", client("http://h"));
-        assert!(!debug.contains("Bearer"), "{debug}");
-    }
-}
+mod tests;

@@ -21,8 +21,8 @@ mod stats;
 mod writer;
 
 pub use config::{
-    ATTEMPTS_LIMIT, BACKOFF_INITIAL_LIMIT, BACKOFF_LIMIT, BACKOFF_MIN, BATCH_AGE_LIMIT, BATCH_AGE_MIN, ConfigError,
-    QUEUE_EVENTS_LIMIT, RetryConfig, WriterConfig,
+    ATTEMPTS_LIMIT, BACKOFF_INITIAL_LIMIT, BACKOFF_LIMIT, BACKOFF_MIN, BATCH_AGE_LIMIT, BATCH_AGE_MIN, BatchGrouping,
+    ConfigError, QUEUE_EVENTS_LIMIT, RetryConfig, WriterConfig,
 };
 pub use gateway::{
     Gateway, GatewayConfig, GatewayConfigError, GatewayReport, RenewReport, Spend, SpendError, SpendReceipt,

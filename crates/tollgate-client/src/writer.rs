@@ -12,7 +12,7 @@ use tollgate_core::UsageEvent;
 use tollgate_core::ids::ID_CHARS_MAX;
 use tollgate_store::UsageSink;
 
-use crate::config::{ConfigError, WriterConfig};
+use crate::config::{BatchGrouping, ConfigError, WriterConfig};
 use crate::http::TollgateClient;
 use crate::stats::{LossReport, Tally, WriterStats};
 
@@ -89,7 +89,11 @@ pub struct WriterStopped;
 /// **Batching.** One worker task takes up to `batch_events_max` events from the
 /// front of the queue as soon as that many are queued, or once the oldest has
 /// waited `batch_age_max`, or when a `flush` or `shutdown` asks for them. It
-/// sends one batch at a time, in recording order.
+/// sends one batch at a time, in recording order. With
+/// [`BatchGrouping::ByAccount`] a batch holds only the front event's account:
+/// its first `batch_events_max` queued events, the others waiting their turn.
+/// On a database distributed by account such a batch is a single-shard
+/// transaction; the price is smaller batches when accounts interleave.
 ///
 /// **Retrying.** `IngestError::Unavailable` and `IngestError::Corrupt` (for
 /// the HTTP sink also connection errors, timeouts, 503 and 500) are retried with
@@ -159,7 +163,7 @@ impl WriterBuilder {
             state: Mutex::new(State {
                 queue: VecDeque::new(),
                 stats: WriterStats::default(),
-                settled_events: 0,
+                settled_through: 0,
                 flush_upto: 0,
                 closing: false,
             }),
@@ -234,8 +238,8 @@ impl UsageWriter {
         }
         state.stats.recorded.add_event(event.units);
         state.stats.queued.add_event(event.units);
-        state.queue.push_back(Queued { event, recorded_at: Instant::now() });
         let number = state.stats.recorded.events;
+        state.queue.push_back(Queued { event, recorded_at: Instant::now(), number });
         let queued = state.queue.len();
         drop(state);
         // The worker needs waking only to start an age timer or to send a full
@@ -331,9 +335,11 @@ struct Shared {
 struct State {
     queue: VecDeque<Queued>,
     stats: WriterStats,
-    /// Events settled so far. Batches settle in recording order, so the first
-    /// `settled_events` recorded events are exactly the settled ones.
-    settled_events: u64,
+    /// Every event numbered up to this one is settled (events are numbered
+    /// from 1 in recording order). The worker advances it after each batch it
+    /// took from the queue is settled: the queue keeps recording order, so its
+    /// front is the first event not yet settled.
+    settled_through: u64,
     /// A flush wants every event recorded before this count sent now.
     flush_upto: u64,
     closing: bool,
@@ -342,6 +348,8 @@ struct State {
 struct Queued {
     event: UsageEvent,
     recorded_at: Instant,
+    /// Its place in recording order, from 1.
+    number: u64,
 }
 
 impl Shared {
@@ -363,14 +371,43 @@ impl Shared {
 }
 
 impl State {
-    fn take_batch(&mut self, events_max: usize) -> Vec<UsageEvent> {
-        let count = events_max.min(self.queue.len());
-        let batch: Vec<UsageEvent> = self.queue.drain(..count).map(|queued| queued.event).collect();
+    /// Takes the next batch: the first `events_max` queued events, or, with
+    /// [`BatchGrouping::ByAccount`], the first `events_max` queued events of
+    /// the front event's account, leaving the others queued in their order.
+    fn take_batch(&mut self, events_max: usize, grouping: BatchGrouping) -> Vec<UsageEvent> {
+        let batch: Vec<UsageEvent> = match (grouping, self.queue.front()) {
+            (BatchGrouping::ByAccount, Some(front)) => {
+                let account = front.event.account_id.clone();
+                let mut batch = Vec::with_capacity(events_max.min(self.queue.len()));
+                let mut rest = VecDeque::with_capacity(self.queue.len());
+                for queued in self.queue.drain(..) {
+                    if batch.len() < events_max && queued.event.account_id == account {
+                        batch.push(queued.event);
+                    } else {
+                        rest.push_back(queued);
+                    }
+                }
+                self.queue = rest;
+                batch
+            }
+            _ => {
+                let count = events_max.min(self.queue.len());
+                self.queue.drain(..count).map(|queued| queued.event).collect()
+            }
+        };
         let tally = Tally::of(&batch);
         self.stats.queued.remove(tally);
         self.stats.in_flight.add(tally);
         self.stats.batches += 1;
         batch
+    }
+
+    /// Called between batches, when nothing is in flight: everything before
+    /// the queue's front, or everything recorded when the queue is empty, is
+    /// settled.
+    fn advance_settled(&mut self) -> u64 {
+        self.settled_through = self.queue.front().map_or(self.stats.recorded.events, |front| front.number - 1);
+        self.settled_through
     }
 }
 

@@ -97,7 +97,16 @@ fn operation<'a, S: Store>(store: &'a S, name: &'static str, f: &'a Fixture) -> 
         }),
         "release_keyed" => Box::pin(async move {
             let (key, live) = (keyed(f), &f.live);
-            store.release_idempotent(Some(&key), &live.lease.lease_id, live.capability.expose(), now).await.done()
+            store
+                .release_idempotent(
+                    Some(&key),
+                    &live.lease.account_id,
+                    &live.lease.lease_id,
+                    live.capability.expose(),
+                    now,
+                )
+                .await
+                .done()
         }),
         "consolidate_keyed" => Box::pin(async move {
             let key = keyed(f);
@@ -109,11 +118,11 @@ fn operation<'a, S: Store>(store: &'a S, name: &'static str, f: &'a Fixture) -> 
         }),
         "revoke_credential_keyed" => Box::pin(async move {
             let key = keyed(f);
-            store.revoke_credential_idempotent(Some(&key), &f.credential_id, now).await.done()
+            store.revoke_credential_idempotent(Some(&key), &f.account_id, &f.credential_id, now).await.done()
         }),
         "release" => Box::pin(async move {
             let live = &f.live;
-            store.release(&live.lease.lease_id, live.capability.expose(), now).await.done()
+            store.release(&live.lease.account_id, &live.lease.lease_id, live.capability.expose(), now).await.done()
         }),
         "consolidate" => {
             Box::pin(async move { store.consolidate(&f.account_id, &[handle(&f.live)], 5, secs(60), now).await.done() })
@@ -126,10 +135,15 @@ fn operation<'a, S: Store>(store: &'a S, name: &'static str, f: &'a Fixture) -> 
         "issue_credential" => {
             Box::pin(async move { store.issue_credential(&f.account_id, "second", now).await.done() })
         }
-        "revoke_credential" => Box::pin(async move { store.revoke_credential(&f.credential_id, now).await.done() }),
-        "verify_credential" => Box::pin(async move { store.verify_credential("no-such-key").await.done() }),
+        "revoke_credential" => {
+            Box::pin(async move { store.revoke_credential(&f.account_id, &f.credential_id, now).await.done() })
+        }
+        "verify_credential" => Box::pin(async move {
+            // Well formed, so that the store looks it up on the account.
+            store.verify_credential(&format!("tgk_{}_{}", f.account_id, "0".repeat(64))).await.done()
+        }),
         "account" => Box::pin(async move { store.account(&f.account_id).await.done() }),
-        "lease" => Box::pin(async move { store.lease(&f.live.lease.lease_id).await.done() }),
+        "lease" => Box::pin(async move { store.lease(&f.live.lease.account_id, &f.live.lease.lease_id).await.done() }),
         "check" => Box::pin(async move { store.check().await.done() }),
         other => unreachable!("no operation {other}"),
     }
@@ -247,7 +261,7 @@ pub async fn drop_at_every_step<H: Harness>(harness: &H) {
                 .await
                 .unwrap_or_else(|e| panic!("acquire after {name} dropped at poll {polls}: {e}"));
             store
-                .release(&probe.lease.lease_id, probe.capability.expose(), fixture.now)
+                .release(&probe.lease.account_id, &probe.lease.lease_id, probe.capability.expose(), fixture.now)
                 .await
                 .unwrap_or_else(|e| panic!("release after {name} dropped at poll {polls}: {e}"));
             let probed = ledger(store, &fixture.account_id).await;

@@ -9,7 +9,9 @@ use crate::StoreFactory;
 use crate::support::*;
 
 mod idempotent;
+mod scoped;
 pub use idempotent::*;
+pub use scoped::*;
 
 /// An ordinary instant with a nanosecond fraction.
 const T0: i128 = 1_700_000_000_123_456_789;
@@ -45,7 +47,7 @@ pub async fn nanosecond_ttl_and_grace<F: StoreFactory>(f: &F) {
     assert_eq!((lease.lease.granted, lease.lease.used, lease.lease.fencing_token), (10, 0, 1));
     assert_eq!(lease.lease.state, LeaseState::Active);
     assert!(!lease.lease.expiry_is_upper_bound);
-    assert_eq!(s.lease(&lease.lease.lease_id).await.unwrap(), lease.lease);
+    assert_eq!(s.lease(&lease.lease.account_id, &lease.lease.lease_id).await.unwrap(), lease.lease);
     let held =
         Ledger { credited: 100, available: 90, reserved: 10, next_fence: 2, active_leases: 1, ..Ledger::default() };
     assert_ledger(&s, "acct", held).await;
@@ -62,7 +64,7 @@ pub async fn nanosecond_ttl_and_grace<F: StoreFactory>(f: &F) {
             settlement: settled(0, 10, 0)
         }]
     );
-    assert_eq!(s.lease(&lease.lease.lease_id).await.unwrap().state, LeaseState::Reclaimed);
+    assert_eq!(s.lease(&lease.lease.account_id, &lease.lease.lease_id).await.unwrap().state, LeaseState::Reclaimed);
     assert_ledger(&s, "acct", Ledger { credited: 100, available: 100, next_fence: 2, ..Ledger::default() }).await;
 }
 
@@ -119,20 +121,28 @@ pub async fn acquire_before_the_epoch_and_at_both_domain_endpoints<F: StoreFacto
     let before_epoch = -86_400_000_000_001;
     let lease = s.acquire("acct", 10, nanos(1_500), ts(before_epoch)).await.unwrap();
     assert_eq!(lease.lease.expiry, ts(before_epoch + 1_500));
-    assert_eq!(s.lease(&lease.lease.lease_id).await.unwrap().expiry, ts(before_epoch + 1_500));
-    let released = s.release(&lease.lease.lease_id, lease.capability.expose(), ts(before_epoch + 1_499)).await.unwrap();
+    assert_eq!(s.lease(&lease.lease.account_id, &lease.lease.lease_id).await.unwrap().expiry, ts(before_epoch + 1_500));
+    let released = s
+        .release(&lease.lease.account_id, &lease.lease.lease_id, lease.capability.expose(), ts(before_epoch + 1_499))
+        .await
+        .unwrap();
     assert_eq!(released.settlement, settled(0, 10, 0));
     assert_ledger(&s, "acct", Ledger { credited: 30, available: 30, next_fence: 2, ..Ledger::default() }).await;
 
     let at_min = s.acquire("acct", 10, nanos(1), Timestamp::MIN).await.unwrap();
     assert_eq!(at_min.lease.expiry, Timestamp::MIN + nanos(1));
-    assert_eq!(s.lease(&at_min.lease.lease_id).await.unwrap().expiry, Timestamp::MIN + nanos(1));
-    s.release(&at_min.lease.lease_id, at_min.capability.expose(), Timestamp::MIN).await.unwrap();
+    assert_eq!(
+        s.lease(&at_min.lease.account_id, &at_min.lease.lease_id).await.unwrap().expiry,
+        Timestamp::MIN + nanos(1)
+    );
+    s.release(&at_min.lease.account_id, &at_min.lease.lease_id, at_min.capability.expose(), Timestamp::MIN)
+        .await
+        .unwrap();
     assert_ledger(&s, "acct", Ledger { credited: 30, available: 30, next_fence: 3, ..Ledger::default() }).await;
 
     let at_max = s.acquire("acct", 10, nanos(1), Timestamp::MAX - nanos(1)).await.unwrap();
     assert_eq!(at_max.lease.expiry, Timestamp::MAX);
-    assert_eq!(s.lease(&at_max.lease.lease_id).await.unwrap().expiry, Timestamp::MAX);
+    assert_eq!(s.lease(&at_max.lease.account_id, &at_max.lease.lease_id).await.unwrap().expiry, Timestamp::MAX);
     assert_ledger(
         &s,
         "acct",
@@ -141,7 +151,9 @@ pub async fn acquire_before_the_epoch_and_at_both_domain_endpoints<F: StoreFacto
     .await;
     // With zero grace, MAX is this lease's boundary: release is refused and reclaim settles it.
     assert_eq!(
-        s.release(&at_max.lease.lease_id, at_max.capability.expose(), Timestamp::MAX).await.unwrap_err(),
+        s.release(&at_max.lease.account_id, &at_max.lease.lease_id, at_max.capability.expose(), Timestamp::MAX)
+            .await
+            .unwrap_err(),
         Error::LeaseExpired
     );
     let report = s.reclaim(Timestamp::MAX, 10).await.unwrap();
@@ -166,7 +178,7 @@ pub async fn expiry_past_max_is_refused_without_debit<F: StoreFactory>(f: &F) {
     let held = Ledger { credited: 10, available: 9, reserved: 1, next_fence: 2, active_leases: 1, ..Ledger::default() };
     assert_ledger(&s, "acct", held).await;
     assert_eq!(s.consolidate("acct", &[handle(&source)], 0, secs(60), now).await, Err(Error::ExpiryOutOfRange));
-    assert_eq!(s.lease(&source.lease.lease_id).await.unwrap().state, LeaseState::Active);
+    assert_eq!(s.lease(&source.lease.account_id, &source.lease.lease_id).await.unwrap().state, LeaseState::Active);
     assert_ledger(&s, "acct", held).await;
 }
 
@@ -227,7 +239,7 @@ pub async fn release_and_usage_inside_grace_then_refused_at_the_boundary<F: Stor
     )
     .await;
 
-    let released = s.release(&a.lease.lease_id, a.capability.expose(), inside).await.unwrap();
+    let released = s.release(&a.lease.account_id, &a.lease.lease_id, a.capability.expose(), inside).await.unwrap();
     assert_eq!(released.settlement, settled(2, 3, 0));
     assert_eq!(released.lease.state, LeaseState::Released);
     let after_a = Ledger {
@@ -245,9 +257,12 @@ pub async fn release_and_usage_inside_grace_then_refused_at_the_boundary<F: Stor
     let at = ts(boundary);
     let got = ingest_codes(&s, vec![leased("use-b", &cred, &b, 1, at)], at).await;
     assert_eq!(got, ["use-b:rejected:lease_expired"]);
-    assert_eq!(s.release(&b.lease.lease_id, b.capability.expose(), at).await.unwrap_err(), Error::LeaseExpired);
+    assert_eq!(
+        s.release(&b.lease.account_id, &b.lease.lease_id, b.capability.expose(), at).await.unwrap_err(),
+        Error::LeaseExpired
+    );
     assert_eq!(s.consolidate("acct", &[handle(&b)], 0, secs(1), at).await.unwrap_err(), Error::LeaseExpired);
-    assert_eq!(s.lease(&b.lease.lease_id).await.unwrap().state, LeaseState::Active);
+    assert_eq!(s.lease(&b.lease.account_id, &b.lease.lease_id).await.unwrap().state, LeaseState::Active);
     assert_ledger(&s, "acct", after_a).await;
 
     assert_eq!(s.reclaim(at, 10).await.unwrap().reclaimed.len(), 1);
@@ -267,13 +282,13 @@ pub async fn grace_zero_makes_the_expiry_the_boundary<F: StoreFactory>(f: &F) {
     let e = T0 + 10;
     let early = s.acquire("acct", 5, nanos(10), ts(T0)).await.unwrap();
     let late = s.acquire("acct", 5, nanos(10), ts(T0)).await.unwrap();
-    s.release(&early.lease.lease_id, early.capability.expose(), ts(e - 1)).await.unwrap();
+    s.release(&early.lease.account_id, &early.lease.lease_id, early.capability.expose(), ts(e - 1)).await.unwrap();
     let one_left =
         Ledger { credited: 10, available: 5, reserved: 5, next_fence: 3, active_leases: 1, ..Ledger::default() };
     assert_ledger(&s, "acct", one_left).await;
 
     assert_eq!(
-        s.release(&late.lease.lease_id, late.capability.expose(), ts(e)).await.unwrap_err(),
+        s.release(&late.lease.account_id, &late.lease.lease_id, late.capability.expose(), ts(e)).await.unwrap_err(),
         Error::LeaseExpired
     );
     assert_eq!(
@@ -300,7 +315,10 @@ pub async fn grace_longer_than_the_domain_is_never_due<F: StoreFactory>(f: &F) {
         Ledger { credited: 10, reserved: 10, next_fence: 2, active_leases: 1, ..Ledger::default() },
     )
     .await;
-    let released = s.release(&lease.lease.lease_id, lease.capability.expose(), Timestamp::MAX).await.unwrap();
+    let released = s
+        .release(&lease.lease.account_id, &lease.lease.lease_id, lease.capability.expose(), Timestamp::MAX)
+        .await
+        .unwrap();
     assert_eq!(released.settlement, settled(0, 10, 0));
     assert_ledger(&s, "acct", Ledger { credited: 10, available: 10, next_fence: 2, ..Ledger::default() }).await;
 }
@@ -328,7 +346,10 @@ pub async fn deadline_past_max_is_not_due_even_at_max<F: StoreFactory>(f: &F) {
 
     let got = ingest_codes(&s, vec![leased("at-max", &cred, &past_max, 2, Timestamp::MAX)], Timestamp::MAX).await;
     assert_eq!(got, ["at-max:accepted"]);
-    let released = s.release(&past_max.lease.lease_id, past_max.capability.expose(), Timestamp::MAX).await.unwrap();
+    let released = s
+        .release(&past_max.lease.account_id, &past_max.lease.lease_id, past_max.capability.expose(), Timestamp::MAX)
+        .await
+        .unwrap();
     assert_eq!(released.settlement, settled(2, 5, 0));
     assert_ledger(
         &s,
@@ -349,27 +370,30 @@ pub async fn release_refusals_wrong_capability_twice_and_after_reclaim<F: StoreF
     assert_ledger(&s, "acct", both).await;
 
     let now = ts(T0 + 1);
-    assert_eq!(s.release(&one.lease.lease_id, "tgc_wrong", now).await.unwrap_err(), Error::CapabilityMismatch);
     assert_eq!(
-        s.release(&one.lease.lease_id, two.capability.expose(), now).await.unwrap_err(),
+        s.release(&one.lease.account_id, &one.lease.lease_id, "tgc_wrong", now).await.unwrap_err(),
         Error::CapabilityMismatch
     );
-    assert_eq!(s.release("lse_missing", one.capability.expose(), now).await.unwrap_err(), Error::LeaseNotFound);
+    assert_eq!(
+        s.release(&one.lease.account_id, &one.lease.lease_id, two.capability.expose(), now).await.unwrap_err(),
+        Error::CapabilityMismatch
+    );
+    assert_eq!(s.release("acct", "lse_missing", one.capability.expose(), now).await.unwrap_err(), Error::LeaseNotFound);
     assert_ledger(&s, "acct", both).await;
 
-    s.release(&one.lease.lease_id, one.capability.expose(), now).await.unwrap();
+    s.release(&one.lease.account_id, &one.lease.lease_id, one.capability.expose(), now).await.unwrap();
     let after_one =
         Ledger { credited: 10, available: 4, reserved: 6, next_fence: 3, active_leases: 1, ..Ledger::default() };
     assert_ledger(&s, "acct", after_one).await;
     assert_eq!(
-        s.release(&one.lease.lease_id, one.capability.expose(), now).await.unwrap_err(),
+        s.release(&one.lease.account_id, &one.lease.lease_id, one.capability.expose(), now).await.unwrap_err(),
         Error::LeaseNotActive { state: LeaseState::Released }
     );
     assert_ledger(&s, "acct", after_one).await;
 
     assert_eq!(s.reclaim(ts(T0 + 5), 10).await.unwrap().reclaimed.len(), 1);
     assert_eq!(
-        s.release(&two.lease.lease_id, two.capability.expose(), ts(T0 + 5)).await.unwrap_err(),
+        s.release(&two.lease.account_id, &two.lease.lease_id, two.capability.expose(), ts(T0 + 5)).await.unwrap_err(),
         Error::LeaseNotActive { state: LeaseState::Reclaimed }
     );
     assert_ledger(&s, "acct", Ledger { credited: 10, available: 10, next_fence: 3, ..Ledger::default() }).await;
@@ -418,9 +442,12 @@ pub async fn consolidation_carries_units_exactly<F: StoreFactory>(f: &F) {
         ]
     );
     for source in [&a, &b, &c] {
-        assert_eq!(s.lease(&source.lease.lease_id).await.unwrap().state, LeaseState::Consolidated);
+        assert_eq!(
+            s.lease(&source.lease.account_id, &source.lease.lease_id).await.unwrap().state,
+            LeaseState::Consolidated
+        );
     }
-    assert_eq!(s.lease(&lease.lease_id).await.unwrap(), *lease);
+    assert_eq!(s.lease(&lease.account_id, &lease.lease_id).await.unwrap(), *lease);
     let merged_ledger = Ledger {
         credited: 100,
         available: 58,
@@ -458,7 +485,16 @@ pub async fn consolidation_is_refused_atomically<F: StoreFactory>(f: &F) {
     type Refusal<'a> = (&'a str, Vec<LeaseHandle>, u64, SignedDuration, Timestamp, Error);
     let refusals: Vec<Refusal> = vec![
         ("a", vec![handle(&a1), wrong_cap], 0, secs(1), now, Error::CapabilityMismatch),
-        ("a", vec![handle(&a1), handle(&b1)], 0, secs(1), now, Error::MixedAccounts),
+        // A source of another account is looked up under this one: not found.
+        ("a", vec![handle(&a1), handle(&b1)], 0, secs(1), now, Error::LeaseNotFound),
+        (
+            "a",
+            vec![handle(&a1), LeaseHandle { capability: "tgc_wrong".into(), ..handle(&b1) }],
+            0,
+            secs(1),
+            now,
+            Error::LeaseNotFound,
+        ),
         (
             "a",
             vec![handle(&a1), handle(&a1)],
@@ -479,18 +515,21 @@ pub async fn consolidation_is_refused_atomically<F: StoreFactory>(f: &F) {
         assert_ledger(&s, "a", held).await;
         assert_ledger(&s, "b", b_held).await;
         for lease in [&a1, &a2, &b1] {
-            assert_eq!(s.lease(&lease.lease.lease_id).await.unwrap().state, LeaseState::Active);
+            assert_eq!(
+                s.lease(&lease.lease.account_id, &lease.lease.lease_id).await.unwrap().state,
+                LeaseState::Active
+            );
         }
     }
 
-    s.release(&a2.lease.lease_id, a2.capability.expose(), now).await.unwrap();
+    s.release(&a2.lease.account_id, &a2.lease.lease_id, a2.capability.expose(), now).await.unwrap();
     let one_left =
         Ledger { credited: 100, available: 90, reserved: 10, next_fence: 3, active_leases: 1, ..Ledger::default() };
     assert_eq!(
         s.consolidate("a", &[handle(&a1), handle(&a2)], 0, secs(1), now).await.unwrap_err(),
         Error::LeaseNotActive { state: LeaseState::Released }
     );
-    assert_eq!(s.lease(&a1.lease.lease_id).await.unwrap().state, LeaseState::Active);
+    assert_eq!(s.lease(&a1.lease.account_id, &a1.lease.lease_id).await.unwrap().state, LeaseState::Active);
     assert_ledger(&s, "a", one_left).await;
 }
 
@@ -543,10 +582,12 @@ pub async fn ingest_classifies_a_mixed_batch<F: StoreFactory>(f: &F) {
     let cred = credential(&s, "acct", now).await;
     let foreign = credential(&s, "other", now).await;
     let revoked = credential(&s, "acct", now).await;
-    s.revoke_credential(&revoked, now).await.unwrap();
+    s.revoke_credential("acct", &revoked, now).await.unwrap();
     let lease = s.acquire("acct", 10, secs(60), now).await.unwrap();
     let settled_lease = s.acquire("acct", 10, secs(60), now).await.unwrap();
-    s.release(&settled_lease.lease.lease_id, settled_lease.capability.expose(), now).await.unwrap();
+    s.release(&settled_lease.lease.account_id, &settled_lease.lease.lease_id, settled_lease.capability.expose(), now)
+        .await
+        .unwrap();
     assert_eq!(ingest_codes(&s, vec![overage("stored", "acct", &cred, 1, now)], now).await, ["stored:accepted"]);
     let start = Ledger {
         credited: 100,
@@ -606,13 +647,13 @@ pub async fn ingest_classifies_a_mixed_batch<F: StoreFactory>(f: &F) {
         expected.push("too-big:rejected:units_out_of_range".into());
     }
     assert_eq!(ingest_codes(&s, batch, now).await, expected);
-    assert_eq!(s.lease(&lease.lease.lease_id).await.unwrap().used, 3);
+    assert_eq!(s.lease(&lease.lease.account_id, &lease.lease.lease_id).await.unwrap().used, 3);
     assert_ledger(&s, "acct", Ledger { overage: 5, billed: 8, ..start }).await;
     assert_ledger(&s, "other", Ledger::default()).await;
-    let activity = s.credential(&cred).await.unwrap();
+    let activity = s.credential("acct", &cred).await.unwrap();
     assert_eq!((activity.accepted_events, activity.accepted_units), (3, 8));
-    for untouched in [&foreign, &revoked] {
-        let c = s.credential(untouched).await.unwrap();
+    for (account, untouched) in [("other", &foreign), ("acct", &revoked)] {
+        let c = s.credential(account, untouched).await.unwrap();
         assert_eq!((c.accepted_events, c.accepted_units, c.last_used_at), (0, 0, None));
     }
 }
@@ -648,7 +689,7 @@ pub async fn duplicate_detection_precedes_validation<F: StoreFactory>(f: &F) {
     let replays =
         vec![r1_now_leased, r2_now_overage_and_huge, r1_bad_credential, overage("r1", "other", &other_cred, 1, now)];
     assert_eq!(ingest_codes(&s, replays, now).await, ["r1:duplicate", "r2:duplicate", "r1:duplicate", "r1:accepted"]);
-    assert_eq!(s.lease(&lease.lease.lease_id).await.unwrap().used, 2);
+    assert_eq!(s.lease(&lease.lease.account_id, &lease.lease.lease_id).await.unwrap().used, 2);
     assert_ledger(&s, "acct", after).await;
     assert_ledger(&s, "other", Ledger { overage: 1, billed: 1, ..Ledger::default() }).await;
 }
@@ -687,7 +728,7 @@ pub async fn zero_and_maximum_units<F: StoreFactory>(f: &F) {
     let lease = s.acquire("zero", 10, secs(60), now).await.unwrap();
     let zeros = vec![leased("z1", &cred, &lease, 0, now), overage("z2", "zero", &cred, 0, now)];
     assert_eq!(ingest_codes(&s, zeros, now).await, ["z1:accepted", "z2:accepted"]);
-    let c = s.credential(&cred).await.unwrap();
+    let c = s.credential("zero", &cred).await.unwrap();
     assert_eq!((c.accepted_events, c.accepted_units, c.last_used_at), (2, 0, Some(now)));
     assert_ledger(
         &s,
@@ -711,7 +752,7 @@ pub async fn zero_and_maximum_units<F: StoreFactory>(f: &F) {
         Ledger { credited: max, reserved: max, billed: max, next_fence: 2, active_leases: 1, ..Ledger::default() },
     )
     .await;
-    let released = s.release(&big.lease.lease_id, big.capability.expose(), now).await.unwrap();
+    let released = s.release(&big.lease.account_id, &big.lease.lease_id, big.capability.expose(), now).await.unwrap();
     assert_eq!(released.settlement, settled(max, 0, 0));
     assert_ledger(
         &s,
@@ -737,7 +778,7 @@ pub async fn funding_must_be_complete<F: StoreFactory>(f: &F) {
         ingest_codes(&s, batch, now).await,
         ["e:rejected:funding_incomplete", "e:rejected:funding_incomplete", "e:accepted"]
     );
-    assert_eq!(s.lease(&lease.lease.lease_id).await.unwrap().used, 1);
+    assert_eq!(s.lease(&lease.lease.account_id, &lease.lease.lease_id).await.unwrap().used, 1);
     assert_ledger(
         &s,
         "acct",
@@ -776,7 +817,10 @@ pub async fn usage_beyond_the_grant_is_billed_as_overage<F: StoreFactory>(f: &F)
     )
     .await;
 
-    let r = s.release(&released.lease.lease_id, released.capability.expose(), now).await.unwrap();
+    let r = s
+        .release(&released.lease.account_id, &released.lease.lease_id, released.capability.expose(), now)
+        .await
+        .unwrap();
     assert_eq!(r.settlement, settled(10, 0, 5));
     assert_eq!(r.lease.used, 15);
     assert_ledger(
@@ -822,8 +866,8 @@ pub async fn refused_batch_applies_nothing_in_both_orders<F: StoreFactory>(f: &F
         let result = s.ingest(batch, now).await;
         assert!(matches!(result, Err(IngestError::Refused { .. })), "{result:?}");
         assert_ledger(&s, "acct", held).await;
-        assert_eq!(s.lease(&lease.lease.lease_id).await.unwrap().used, 0);
-        let c = s.credential(&cred).await.unwrap();
+        assert_eq!(s.lease(&lease.lease.account_id, &lease.lease.lease_id).await.unwrap().used, 0);
+        let c = s.credential("acct", &cred).await.unwrap();
         assert_eq!((c.accepted_events, c.accepted_units, c.last_used_at), (0, 0, None));
     }
     // Neither request ID was claimed: each is accepted on its own.
@@ -857,12 +901,12 @@ pub async fn credential_activity_moves_only_on_accepted_events<F: StoreFactory>(
         ["a:accepted", "bad:rejected:unknown_lease", "b:accepted", "c:accepted"]
     );
     let expected = (3, 9, Some(ts(T0 + 7)));
-    let c = s.credential(&cred).await.unwrap();
+    let c = s.credential("acct", &cred).await.unwrap();
     assert_eq!((c.accepted_events, c.accepted_units, c.last_used_at), expected);
 
     assert_eq!(ingest_codes(&s, vec![overage("a", "acct", &cred, 100, ts(T0 + 100))], now).await, ["a:duplicate"]);
     assert!(s.verify_credential(issued.key.expose()).await.unwrap().valid);
-    let c = s.credential(&cred).await.unwrap();
+    let c = s.credential("acct", &cred).await.unwrap();
     assert_eq!((c.accepted_events, c.accepted_units, c.last_used_at), expected);
     assert_ledger(&s, "acct", Ledger { credited: 10, available: 10, overage: 9, billed: 9, ..Ledger::default() }).await;
 }
@@ -883,7 +927,7 @@ pub async fn stale_fence_cannot_report_after_settlement<F: StoreFactory>(f: &F) 
         ["stale:rejected:lease_not_active", "mixed:rejected:fence_mismatch"]
     );
     assert_eq!(
-        s.release(&old.lease.lease_id, old.capability.expose(), now).await.unwrap_err(),
+        s.release(&old.lease.account_id, &old.lease.lease_id, old.capability.expose(), now).await.unwrap_err(),
         Error::LeaseNotActive { state: LeaseState::Consolidated }
     );
     assert_ledger(
@@ -929,8 +973,8 @@ pub async fn accounts_and_credits<F: StoreFactory>(f: &F) {
     assert_ledger(&s, "acct", Ledger { credited: 10, available: 10, ..Ledger::default() }).await;
 
     assert_eq!(s.account("ghost").await.unwrap_err(), Error::AccountNotFound);
-    assert_eq!(s.lease("lse_ghost").await.unwrap_err(), Error::LeaseNotFound);
-    assert_eq!(s.credential("cred_ghost").await.unwrap_err(), Error::CredentialNotFound);
+    assert_eq!(s.lease("acct", "lse_ghost").await.unwrap_err(), Error::LeaseNotFound);
+    assert_eq!(s.credential("acct", "cred_ghost").await.unwrap_err(), Error::CredentialNotFound);
     assert_eq!(s.acquire("ghost", 1, secs(1), ts(T0)).await.unwrap_err(), Error::AccountNotFound);
 }
 
@@ -940,13 +984,14 @@ pub async fn credential_lifecycle<F: StoreFactory>(f: &F) {
     let now = ts(T0);
     let issued = s.issue_credential("acct", "edge worker", now).await.unwrap();
     let key = issued.key.expose().to_owned();
-    assert!(key.starts_with("tgk_") && key.len() >= 36, "key carries at least 128 random bits");
+    assert_eq!(tollgate_core::route_credential_key(&key), tollgate_core::KeyRoute::Account("acct"), "{key}");
+    assert!(key.starts_with("tgk_acct_") && key.len() == 9 + 64, "key carries 256 random bits after its account");
     let c = &issued.credential;
     assert_eq!(
         (c.account_id.as_str(), c.label.as_str(), c.created_at, c.revoked_at),
         ("acct", "edge worker", now, None)
     );
-    assert_eq!(s.credential(&c.credential_id).await.unwrap(), *c);
+    assert_eq!(s.credential("acct", &c.credential_id).await.unwrap(), *c);
     let other = s.issue_credential("acct", "", now).await.unwrap();
     assert_ne!(other.key, issued.key);
     assert_ne!(other.credential.credential_id, c.credential_id);
@@ -960,9 +1005,9 @@ pub async fn credential_lifecycle<F: StoreFactory>(f: &F) {
     let unknown = s.verify_credential("tgk_wrong").await.unwrap();
     assert_eq!((unknown.valid, unknown.credential_id, unknown.reason), (false, None, Some("unknown_credential")));
 
-    let revoked = s.revoke_credential(&c.credential_id, ts(T0 + 10)).await.unwrap();
+    let revoked = s.revoke_credential("acct", &c.credential_id, ts(T0 + 10)).await.unwrap();
     assert_eq!(revoked.revoked_at, Some(ts(T0 + 10)));
-    let again = s.revoke_credential(&c.credential_id, ts(T0 + 20)).await.unwrap();
+    let again = s.revoke_credential("acct", &c.credential_id, ts(T0 + 20)).await.unwrap();
     assert_eq!(again.revoked_at, Some(ts(T0 + 10)));
     let verdict = s.verify_credential(&key).await.unwrap();
     assert_eq!(
@@ -981,5 +1026,5 @@ pub async fn credential_lifecycle<F: StoreFactory>(f: &F) {
     assert_eq!(s.issue_credential("ghost", "x", now).await.unwrap_err(), Error::AccountNotFound);
     assert_eq!(s.issue_credential("acct", &"x".repeat(257), now).await.unwrap_err(), Error::InvalidLabel);
     assert_eq!(s.issue_credential("acct", "nul\0label", now).await.unwrap_err(), Error::InvalidLabel);
-    assert_eq!(s.revoke_credential("cred_ghost", now).await.unwrap_err(), Error::CredentialNotFound);
+    assert_eq!(s.revoke_credential("acct", "cred_ghost", now).await.unwrap_err(), Error::CredentialNotFound);
 }

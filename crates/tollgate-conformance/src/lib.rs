@@ -60,6 +60,9 @@ macro_rules! conformance_suite {
             keyed_credential_issue_and_revoke_replay,
             refused_keyed_requests_record_nothing,
             expired_idempotency_records_are_purged_in_bounded_batches,
+            a_lease_under_another_account_is_not_found_and_nothing_changes,
+            a_credential_under_another_account_is_not_found_and_stays_valid,
+            a_key_whose_account_part_was_altered_is_unknown,
         );
     };
     (@cases $factory:expr; $($case:ident),* $(,)?) => {
@@ -76,7 +79,7 @@ macro_rules! conformance_suite {
 mod tests {
     /// Every public case, as its source declares it.
     fn declared_cases() -> Vec<&'static str> {
-        [include_str!("cases.rs"), include_str!("cases/idempotent.rs")]
+        [include_str!("cases.rs"), include_str!("cases/idempotent.rs"), include_str!("cases/scoped.rs")]
             .into_iter()
             .flat_map(str::lines)
             .filter_map(|line| line.strip_prefix("pub async fn "))

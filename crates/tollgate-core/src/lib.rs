@@ -23,7 +23,7 @@ pub use ledger::{
     Account, Balances, COUNTER_NAMES, COUNTERS, Credential, Equation, Grant, Lease, LeaseState, Settlement, Violation,
     check_balances, check_conservation, settle,
 };
-pub use secret::{Secret, SecretHash};
+pub use secret::{CREDENTIAL_KEY_PREFIX, KeyRoute, Secret, SecretHash, route_credential_key};
 pub use time::{GrantPolicy, InstantError, InstantPair, PolicyError, ReclaimPass};
 pub use units::UnitDomain;
 pub use usage::{EventOutcome, IngestPlan, Outcome, RejectReason, UsageEvent, UsageSnapshot, UsageView};

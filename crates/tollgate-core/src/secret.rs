@@ -7,6 +7,8 @@
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use crate::ids::validate_id;
+
 /// A secret value. Its `Debug` output is redacted so it cannot leak into logs.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);
@@ -57,9 +59,82 @@ impl SecretHash {
     }
 }
 
+/// The prefix of every credential key.
+pub const CREDENTIAL_KEY_PREFIX: &str = "tgk_";
+/// The lowercase hex digits of a credential key's secret part (256 bits).
+pub const CREDENTIAL_KEY_SECRET_HEX: usize = 64;
+
+/// Where a presented credential key leads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyRoute<'a> {
+    /// `tgk_{account_id}_{64 lowercase hex}`: the key names its account, and
+    /// only that account's credentials can match it.
+    Account(&'a str),
+    /// `tgk_{64 lowercase hex}`: a key issued before keys named their account,
+    /// whose account only a directory of those keys knows.
+    Legacy,
+    /// Anything else: no credential can match it.
+    Malformed,
+}
+
+/// Reads where a credential key leads, without judging whether it is valid:
+/// the account part is only a route, so a key whose route was altered leads to
+/// an account whose credentials it does not match. The secret part comes last
+/// and has no `_`, so the route is everything between the prefix and the last
+/// `_`; account ids may themselves contain `_`.
+pub fn route_credential_key(key: &str) -> KeyRoute<'_> {
+    let Some(rest) = key.strip_prefix(CREDENTIAL_KEY_PREFIX) else {
+        return KeyRoute::Malformed;
+    };
+    if is_secret_hex(rest) {
+        return KeyRoute::Legacy;
+    }
+    match rest.rsplit_once('_') {
+        Some((account_id, secret)) if is_secret_hex(secret) && validate_id("account_id", account_id).is_ok() => {
+            KeyRoute::Account(account_id)
+        }
+        _ => KeyRoute::Malformed,
+    }
+}
+
+fn is_secret_hex(value: &str) -> bool {
+    value.len() == CREDENTIAL_KEY_SECRET_HEX && value.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_route_to_the_account_they_name() {
+        let hex = "0123456789abcdef".repeat(4);
+        let key = |route: &str| format!("tgk_{route}_{hex}");
+        for account in ["acme", "a_b_c", "A.b_c:d-9", "_", "x".repeat(128).as_str()] {
+            assert_eq!(route_credential_key(&key(account)), KeyRoute::Account(account), "{account}");
+        }
+        assert_eq!(route_credential_key(&format!("tgk_{hex}")), KeyRoute::Legacy);
+        let upper = hex.to_uppercase();
+        let malformed = [
+            String::new(),
+            "tgk_".to_owned(),
+            hex.clone(),
+            format!("tgc_acme_{hex}"),
+            format!("tgk__{hex}"),
+            format!("tgk_{upper}"),
+            format!("tgk_acme_{upper}"),
+            format!("tgk_acme_{}", &hex[1..]),
+            format!("tgk_acme_{hex}0"),
+            format!("tgk_acme_{hex}_"),
+            format!("tgk_a/b_{hex}"),
+            format!("tgk_{}_{hex}", "x".repeat(129)),
+            format!("tgk_{hex}_{hex}_x"),
+        ];
+        for key in &malformed {
+            assert_eq!(route_credential_key(key), KeyRoute::Malformed, "{key}");
+        }
+        // An account id may itself look like a secret part; the last one is the secret.
+        assert_eq!(route_credential_key(&format!("tgk_{hex}_{hex}")), KeyRoute::Account(&hex));
+    }
 
     #[test]
     fn hashes_match_only_their_secret_and_debug_is_redacted() {

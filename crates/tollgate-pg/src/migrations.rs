@@ -23,6 +23,12 @@ pub fn latest_version() -> i64 {
     MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0)
 }
 
+/// The embedded versions from `first` on, in order: what applying the
+/// catalogue to a database at version `first - 1` reports.
+pub fn versions_from(first: i64) -> Vec<i64> {
+    MIGRATOR.iter().map(|m| m.version).filter(|version| *version >= first).collect()
+}
+
 /// A catalogue holding only the embedded versions `<= version`, exactly as an
 /// older binary built at that point would carry them. Tests use it to stand in
 /// for old binaries (and to prepare a database at an old version).

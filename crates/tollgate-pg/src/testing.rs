@@ -29,6 +29,16 @@ const POOL_CONNECTIONS_MAX: u32 = 8;
 /// Partitions per per-account table in `TestDb::partition_by_account`.
 pub const HASH_PARTITIONS: u32 = 8;
 
+/// The global tables: a distributed engine replicates each whole to every
+/// node (a reference table) rather than distributing it by account, so
+/// `TestDb::partition_by_account` leaves them unpartitioned, and they are not
+/// per-account tables. `tollgate_legacy_credential_keys` has an `account_id`
+/// column but is found by key hash before the account is known (the
+/// read-only directory of keys issued before keys named their account, 0020);
+/// `tollgate_settings` belongs to no account. `tests/schema.rs` holds the
+/// schema to exactly this list.
+pub const GLOBAL_TABLES: &[&str] = &["tollgate_legacy_credential_keys", "tollgate_settings"];
+
 /// The conversion `TestDb::partition_by_account` runs: one PL/pgSQL block that
 /// reads the per-account tables and their keys, indexes and foreign keys from
 /// the catalogue, then renames each table, creates the partitioned table
@@ -37,9 +47,9 @@ pub const HASH_PARTITIONS: u32 = 8;
 /// their catalogue definitions. Identifiers are quoted with `format('%I')`.
 const PARTITION_BY_ACCOUNT_SQL: &str = include_str!("testing/partition_by_account.sql");
 
-/// Tables of the current schema with an `account_id` column that are not
-/// partitions themselves: name, whether partitioned by `HASH (account_id)`,
-/// and the number of partitions.
+/// Tables of the current schema with an `account_id` column that are neither
+/// partitions themselves nor global (`$1`, `GLOBAL_TABLES`): name, whether
+/// partitioned by `HASH (account_id)`, and the number of partitions.
 const PER_ACCOUNT_TABLES_SQL: &str = "
     SELECT c.relname::text,
         coalesce(p.partstrat = 'h' AND p.partnatts = 1
@@ -49,8 +59,17 @@ const PER_ACCOUNT_TABLES_SQL: &str = "
     FROM pg_class c
     LEFT JOIN pg_partitioned_table p ON p.partrelid = c.oid
     WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+      AND c.relname <> ALL($1)
       AND EXISTS (SELECT FROM pg_attribute a
                   WHERE a.attrelid = c.oid AND a.attname = 'account_id' AND NOT a.attisdropped)
+    ORDER BY 1";
+
+/// The tables among `$1` that exist in the current schema as plain tables,
+/// neither partitioned nor partitions.
+const GLOBAL_TABLES_LEFT_AS_THEY_ARE_SQL: &str = "
+    SELECT c.relname::text FROM pg_class c
+    WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r' AND NOT c.relispartition
+      AND c.relname = ANY($1)
     ORDER BY 1";
 
 /// A per-account table as the catalogue describes it.
@@ -134,8 +153,8 @@ impl TestDb {
     }
 
     /// Converts every per-account table (every table of the current schema
-    /// with an `account_id` column, read from the catalogue, so a table added
-    /// later is converted too) into a table `PARTITION BY HASH (account_id)`
+    /// with an `account_id` column but those in `GLOBAL_TABLES`, read from
+    /// the catalogue, so a table added later is converted too) into a table `PARTITION BY HASH (account_id)`
     /// with `HASH_PARTITIONS` partitions, keeping its columns, defaults, checks,
     /// keys, indexes, foreign keys and rows, in one transaction. PostgreSQL
     /// refuses a primary key or unique constraint of a partitioned table that
@@ -149,11 +168,23 @@ impl TestDb {
             .execute(&mut *tx)
             .await
             .expect("set the partition count");
+        sqlx::query("SELECT set_config('tollgate.test_global_tables', $1, true)")
+            .bind(GLOBAL_TABLES.join(","))
+            .execute(&mut *tx)
+            .await
+            .expect("set the global tables");
         sqlx::raw_sql(PARTITION_BY_ACCOUNT_SQL)
             .execute(&mut *tx)
             .await
             .unwrap_or_else(|e| panic!("cannot partition {} by account: {e}", self.name));
         tx.commit().await.expect("commit the partitioning");
+
+        let global: Vec<String> = sqlx::query_scalar(GLOBAL_TABLES_LEFT_AS_THEY_ARE_SQL)
+            .bind(GLOBAL_TABLES)
+            .fetch_all(&self.pool)
+            .await
+            .expect("read the global tables from the catalogue");
+        assert_eq!(global, GLOBAL_TABLES, "a global table is missing or was partitioned");
 
         let tables = self.per_account_tables().await;
         assert!(!tables.is_empty(), "no per-account table found");
@@ -172,6 +203,7 @@ impl TestDb {
     /// its partitions.
     pub async fn per_account_tables(&self) -> Vec<PerAccountTable> {
         let rows: Vec<(String, bool, i64)> = sqlx::query_as(PER_ACCOUNT_TABLES_SQL)
+            .bind(GLOBAL_TABLES)
             .fetch_all(&self.pool)
             .await
             .expect("read the per-account tables from the catalogue");

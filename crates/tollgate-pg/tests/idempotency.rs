@@ -126,7 +126,13 @@ async fn stored_records_reveal_no_secret_and_refusals_store_nothing() {
         .expect("acquired");
     let issued = s.issue_credential_idempotent(Some(&key("issue-1")), "acct", "edge", ts(T0)).await.expect("issued");
     let released = s
-        .release_idempotent(Some(&key("release-1")), &lease.lease.lease_id, lease.capability.expose(), ts(T0 + 1))
+        .release_idempotent(
+            Some(&key("release-1")),
+            &lease.lease.account_id,
+            &lease.lease.lease_id,
+            lease.capability.expose(),
+            ts(T0 + 1),
+        )
         .await
         .expect("released");
     assert_eq!(released.lease.lease_id, lease.lease.lease_id);

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use fixtures::{conservation_violations, rows_without_lease_expiry};
 use sqlx::{Connection, PgConnection, PgPool};
-use tollgate_pg::migrations::{self, MigrationError};
+use tollgate_pg::migrations::{self, MigrationError, versions_from};
 use tollgate_pg::testing::{PgFailure, TestDb, pg_failure};
 
 /// A populated 0014-era account: seven leases covering positive, zero-µs,
@@ -77,7 +77,7 @@ async fn check_upgrade_from(from: i64) {
     let before = rows_without_lease_expiry(db.pool()).await;
 
     let applied: Vec<i64> = db.migrate().await.expect("upgrade").iter().map(|m| m.version).collect();
-    assert_eq!(applied, ((from + 1)..=19).collect::<Vec<i64>>());
+    assert_eq!(applied, versions_from(from + 1));
 
     assert_eq!(rows_without_lease_expiry(db.pool()).await, before, "a non-expiry field changed");
     assert_eq!(conservation_violations(db.pool()).await, Vec::<String>::new());
@@ -201,8 +201,8 @@ async fn invalid_history_fails_0016_then_evidence_based_repair_passes() {
     .expect("repair");
 
     let applied: Vec<i64> = db.migrate().await.expect("startup after repair").iter().map(|m| m.version).collect();
-    assert_eq!(applied, vec![16, 17, 18, 19]);
-    assert_eq!(applied_versions(db.pool()).await, (1..=19).collect::<Vec<i64>>());
+    assert_eq!(applied, versions_from(16));
+    assert_eq!(applied_versions(db.pool()).await, versions_from(1));
     let installed_15_after: String =
         sqlx::query_scalar("SELECT installed_on::text FROM _sqlx_migrations WHERE version = 15")
             .fetch_one(db.pool())
@@ -263,7 +263,7 @@ async fn out_of_domain_legacy_expiry_rolls_back_0017_entirely() {
             .await
             .expect("repair");
         let applied: Vec<i64> = db.migrate().await.expect(name).iter().map(|m| m.version).collect();
-        assert_eq!(applied, vec![17, 18, 19], "{name}");
+        assert_eq!(applied, versions_from(17), "{name}");
         db.drop_now().await;
     }
 }
@@ -378,7 +378,7 @@ async fn migration_waits_for_a_running_old_transaction() {
     tx.commit().await.expect("old commit");
 
     let applied = migration.await.expect("join").expect("0017 applies after the old commit");
-    assert_eq!(applied.iter().map(|m| m.version).collect::<Vec<_>>(), vec![17, 18, 19]);
+    assert_eq!(applied.iter().map(|m| m.version).collect::<Vec<_>>(), versions_from(17));
     let pair: (i64, i16, bool) = sqlx::query_as(
         "SELECT expiry_floor_us, expiry_submicro_ns, expiry_is_upper_bound \
          FROM tollgate_leases WHERE lease_id = 'pos'",

@@ -15,16 +15,13 @@ use tollgate_pg::testing::{HASH_PARTITIONS, TestDb, store_statements};
 /// How a statement relates to accounts.
 enum Class {
     /// A request-path statement of one account. `params` are its parameters
-    /// as `(type, SQL literal)`, in order. `pending` names the shape the
-    /// statement takes once the store contract names the account of every
-    /// lease and credential: until then it scans every partition, and this
-    /// test fails for it.
-    Single { params: &'static [(&'static str, &'static str)], pending: Option<&'static str> },
+    /// as `(type, SQL literal)`, in order.
+    Single { params: &'static [(&'static str, &'static str)] },
     /// A batch (usage ingestion, reclaim settlement) grouped by account: each
     /// listed per-account table is reached only through each listed condition,
     /// which matches its rows against the accounts the batch names (an
-    /// INSERT routes each row by its own `account_id`). `pending` as above.
-    Batch { account_filters: &'static [(&'static str, &'static str)], pending: Option<&'static str> },
+    /// INSERT routes each row by its own `account_id`).
+    Batch { account_filters: &'static [(&'static str, &'static str)] },
     /// An operator or global statement, and why it need not be of one account.
     Global { why: &'static str },
 }
@@ -45,71 +42,51 @@ const RECLAIM_SCAN: &str = "the reclaim worker finds due leases of every account
      what it settles is then grouped by account (SETTLE_IF_UNCHANGED_SQL, PERSIST_SQL)";
 const SETTINGS: &str = "tollgate_settings, migrations and the clock are global (a reference table)";
 const PURGE: &str = "the worker purges expired idempotency records of every account, in bounded batches";
+const LEGACY_KEYS: &str = "a key issued before keys named their account is looked up by its hash in \
+     tollgate_legacy_credential_keys, a global read-only directory (a reference table, replicated to \
+     every node) that names the key's account; the credential is then read on that account \
+     (CREDENTIAL_BY_KEY_SQL, single-account)";
+const FOREIGN_CREDENTIALS: &str = "usage ingestion reads, unlocked, only the credentials its events name \
+     that none of the batch's accounts holds (LOCK_CREDENTIALS_SQL found them under no such account), \
+     to reject those events as credential_account_mismatch rather than unknown_credential \
+     (docs/rules.md); a batch whose credentials are its own accounts' never runs it";
 
 /// Every statement of `src/store/sql.rs`, classified.
 fn classification() -> BTreeMap<&'static str, Class> {
-    let lease_by_id = Some("... WHERE l.account_id = $1 AND l.lease_id = $2");
-    let credential_by_id = Some("... WHERE c.account_id = $1 AND c.credential_id = $2");
-    let release = Some("the release write names the lease by account_id and lease_id everywhere");
     BTreeMap::from([
         ("BEGIN_SQL", Global { why: CONTROL }),
         ("COMMIT_SQL", Global { why: CONTROL }),
         ("ROLLBACK_SQL", Global { why: CONTROL }),
-        ("CREATE_ACCOUNT_SQL", Single { params: &[ACCOUNT, COUNTERS], pending: None }),
-        ("READ_ACCOUNT_SQL", Single { params: &[ACCOUNT], pending: None }),
-        ("LOCK_ACCOUNT_SQL", Single { params: &[ACCOUNT], pending: None }),
-        (
-            "LOCK_ACCOUNTS_SQL",
-            Batch { account_filters: &[("tollgate_accounts", "a.account_id = ANY($1)")], pending: None },
-        ),
+        ("CREATE_ACCOUNT_SQL", Single { params: &[ACCOUNT, COUNTERS] }),
+        ("READ_ACCOUNT_SQL", Single { params: &[ACCOUNT] }),
+        ("LOCK_ACCOUNT_SQL", Single { params: &[ACCOUNT] }),
+        ("LOCK_ACCOUNTS_SQL", Batch { account_filters: &[("tollgate_accounts", "a.account_id = ANY($1)")] }),
         (
             "LOCK_ACCOUNTS_SKIP_LOCKED_SQL",
-            Batch { account_filters: &[("tollgate_accounts", "a.account_id = ANY($1)")], pending: None },
+            Batch { account_filters: &[("tollgate_accounts", "a.account_id = ANY($1)")] },
         ),
-        ("ACCOUNT_VIEW_SQL", Single { params: &[ACCOUNT], pending: None }),
-        ("CREDIT_RECORDED_SQL", Single { params: &[ACCOUNT, ("text", "'credit-3'")], pending: None }),
-        ("CREDIT_SQL", Single { params: &[ACCOUNT, ("text", "'credit-9'"), INT8, INT8, INT8], pending: None }),
-        ("READ_LEASE_SQL", Single { params: &[LEASE], pending: lease_by_id }),
-        (
-            "READ_LEASES_SQL",
-            Single {
-                params: &[("text[]", "'{lease-3-1,lease-3-2}'")],
-                pending: Some("consolidation sources: ... WHERE l.account_id = $1 AND l.lease_id = ANY($2)"),
-            },
-        ),
-        ("LOCK_LEASES_SQL", Batch { account_filters: &[("tollgate_leases", "l.account_id = ANY($2)")], pending: None }),
-        ("READ_HELD_LEASE_SQL", Single { params: &[LEASE], pending: lease_by_id }),
-        ("LOCK_HELD_LEASE_SQL", Single { params: &[LEASE], pending: lease_by_id }),
+        ("ACCOUNT_VIEW_SQL", Single { params: &[ACCOUNT] }),
+        ("CREDIT_RECORDED_SQL", Single { params: &[ACCOUNT, ("text", "'credit-3'")] }),
+        ("CREDIT_SQL", Single { params: &[ACCOUNT, ("text", "'credit-9'"), INT8, INT8, INT8] }),
+        ("READ_LEASE_SQL", Single { params: &[ACCOUNT, LEASE] }),
+        ("LOCK_ACCOUNT_LEASES_SQL", Single { params: &[ACCOUNT, ("text[]", "'{lease-3-1,lease-3-2}'")] }),
+        ("LOCK_LEASES_SQL", Batch { account_filters: &[("tollgate_leases", "l.account_id = ANY($2)")] }),
+        ("READ_HELD_LEASE_SQL", Single { params: &[ACCOUNT, LEASE] }),
+        ("LOCK_HELD_LEASE_SQL", Single { params: &[ACCOUNT, LEASE] }),
         ("READ_DUE_SQL", Global { why: RECLAIM_SCAN }),
         ("LOCK_DUE_SQL", Global { why: RECLAIM_SCAN }),
-        (
-            "CREDENTIAL_BY_KEY_SQL",
-            Single { params: &[HASH], pending: Some("... WHERE c.account_id = $1 AND c.key_hash = $2") },
-        ),
-        ("READ_CREDENTIAL_SQL", Single { params: &[CREDENTIAL], pending: credential_by_id }),
-        ("LOCK_CREDENTIAL_SQL", Single { params: &[CREDENTIAL], pending: credential_by_id }),
-        (
-            "LOCK_CREDENTIALS_SQL",
-            Batch {
-                account_filters: &[("tollgate_credentials", "c.account_id = ANY(")],
-                pending: Some("usage credentials by (account_id, credential_id)"),
-            },
-        ),
+        ("CREDENTIAL_BY_KEY_SQL", Single { params: &[ACCOUNT, HASH] }),
+        ("LEGACY_KEY_ACCOUNT_SQL", Global { why: LEGACY_KEYS }),
+        ("READ_CREDENTIAL_SQL", Single { params: &[ACCOUNT, CREDENTIAL] }),
+        ("LOCK_CREDENTIAL_SQL", Single { params: &[ACCOUNT, CREDENTIAL] }),
+        ("LOCK_CREDENTIALS_SQL", Batch { account_filters: &[("tollgate_credentials", "c.account_id = ANY($2)")] }),
+        ("READ_CREDENTIALS_ANY_ACCOUNT_SQL", Global { why: FOREIGN_CREDENTIALS }),
         (
             "INSERT_CREDENTIAL_SQL",
-            Single { params: &[("text", "'cred-new'"), ACCOUNT, ("text", "'label'"), HASH, INT8, INT2], pending: None },
+            Single { params: &[("text", "'cred-new'"), ACCOUNT, ("text", "'label'"), HASH, INT8, INT2] },
         ),
-        (
-            "REVOKE_CREDENTIAL_SQL",
-            Single {
-                params: &[CREDENTIAL, INT8, INT2],
-                pending: Some("... WHERE account_id = $1 AND credential_id = $2"),
-            },
-        ),
-        (
-            "RECORDED_EVENTS_SQL",
-            Batch { account_filters: &[("tollgate_usage_events", "u.account_id = ANY($1)")], pending: None },
-        ),
+        ("REVOKE_CREDENTIAL_SQL", Single { params: &[ACCOUNT, CREDENTIAL, INT8, INT2] }),
+        ("RECORDED_EVENTS_SQL", Batch { account_filters: &[("tollgate_usage_events", "u.account_id = ANY($1)")] }),
         (
             "PERSIST_SQL",
             Batch {
@@ -120,7 +97,6 @@ fn classification() -> BTreeMap<&'static str, Class> {
                     ("tollgate_credentials", "WHERE c.account_id = u.account_id AND c.credential_id = u.credential_id"),
                     ("tollgate_usage_events", "INSERT INTO tollgate_usage_events"),
                 ],
-                pending: None,
             },
         ),
         (
@@ -140,11 +116,10 @@ fn classification() -> BTreeMap<&'static str, Class> {
                     INT2,
                     ("bool", "false"),
                 ],
-                pending: None,
             },
         ),
-        ("RELEASE_READ_IF_UNCHANGED_SQL", Single { params: RELEASE_PARAMS, pending: release }),
-        ("RELEASE_GUESSED_IF_UNCHANGED_SQL", Single { params: RELEASE_GUESSED_PARAMS, pending: release }),
+        ("RELEASE_READ_IF_UNCHANGED_SQL", Single { params: RELEASE_PARAMS }),
+        ("RELEASE_GUESSED_IF_UNCHANGED_SQL", Single { params: RELEASE_GUESSED_PARAMS }),
         (
             "SETTLE_IF_UNCHANGED_SQL",
             Batch {
@@ -153,7 +128,6 @@ fn classification() -> BTreeMap<&'static str, Class> {
                     ("tollgate_leases", "k.account_id = l.account_id"),
                     ("tollgate_leases", "AND l.account_id = k.account_id"),
                 ],
-                pending: None,
             },
         ),
         ("CHECK_ACCOUNTS_SQL", Global { why: CHECK }),
@@ -164,30 +138,19 @@ fn classification() -> BTreeMap<&'static str, Class> {
         ("SHARED_CLOCK_SQL", Global { why: SETTINGS }),
         ("REPLACE_SETTING_SQL", Global { why: SETTINGS }),
         ("PIN_SETTING_SQL", Global { why: SETTINGS }),
-        ("CLAIM_KEY_SQL", Single { params: &[ACCOUNT, HASH, HASH, INT8, INT2, INT8, INT2], pending: None }),
-        ("RECORDED_KEY_SQL", Single { params: &[ACCOUNT, HASH], pending: None }),
-        ("RECORD_KEY_SQL", Single { params: &[ACCOUNT, HASH, HASH], pending: None }),
+        ("CLAIM_KEY_SQL", Single { params: &[ACCOUNT, HASH, HASH, INT8, INT2, INT8, INT2] }),
+        ("RECORDED_KEY_SQL", Single { params: &[ACCOUNT, HASH] }),
+        ("RECORD_KEY_SQL", Single { params: &[ACCOUNT, HASH, HASH] }),
         ("PURGE_KEYS_SQL", Global { why: PURGE }),
-        (
-            "LEASE_ACCOUNT_SQL",
-            Single { params: &[LEASE], pending: Some("the account comes with the lease: ... l.account_id = $1") },
-        ),
-        (
-            "CREDENTIAL_ACCOUNT_SQL",
-            Single {
-                params: &[CREDENTIAL],
-                pending: Some("the account comes with the credential: ... c.account_id = $1"),
-            },
-        ),
     ])
 }
 
-/// Lease, account, used, state, change, fence, capability, granted, expiry.
+/// Account, lease, used, state, change, fence, capability, granted, expiry.
 const RELEASE_PARAMS: &[(&str, &str)] =
-    &[LEASE, ACCOUNT, INT8, ("text", "'released'"), COUNTERS, INT8, HASH, INT8, INT8, INT2, ("bool", "false")];
+    &[ACCOUNT, LEASE, INT8, ("text", "'released'"), COUNTERS, INT8, HASH, INT8, INT8, INT2, ("bool", "false")];
 const RELEASE_GUESSED_PARAMS: &[(&str, &str)] = &[
-    LEASE,
     ACCOUNT,
+    LEASE,
     INT8,
     ("text", "'released'"),
     COUNTERS,
@@ -303,7 +266,7 @@ async fn batch_statements_filter_every_per_account_table_by_their_accounts() {
     let statements: BTreeMap<&str, &str> = store_statements().iter().copied().collect();
     let mut failures = Vec::new();
     for (name, class) in classification() {
-        let Batch { account_filters, pending } = class else { continue };
+        let Batch { account_filters } = class else { continue };
         let sql = statements[name];
         let filtered: BTreeSet<String> = account_filters.iter().map(|(table, _)| (*table).to_owned()).collect();
         let named = tables_named(sql, &per_account);
@@ -318,14 +281,10 @@ async fn batch_statements_filter_every_per_account_table_by_their_accounts() {
             }
         }
         if !problems.is_empty() {
-            failures.push(format!("{name}{}: {}", pending_note(pending), problems.join("; ")));
+            failures.push(format!("{name}: {}", problems.join("; ")));
         }
     }
     assert!(failures.is_empty(), "batch statements not filtered by account:\n{}", failures.join("\n"));
-}
-
-fn pending_note(pending: Option<&str>) -> String {
-    pending.map(|shape| format!(" (pending the account-named contract: {shape})")).unwrap_or_default()
 }
 
 /// Sixteen accounts, each with a credit, two leases (one active), a
@@ -411,8 +370,7 @@ fn walk(plan: &Value, append: Option<usize>, partitions: &BTreeMap<String, Strin
 /// On the partitioned schema, planned generically (as the store's connections
 /// plan), every single-account statement scans exactly one partition of each
 /// per-account table it touches: PostgreSQL 15 prunes the others at executor
-/// startup from the parameters ("Subplans Removed"). Statements marked
-/// pending fail until the store contract names their account.
+/// startup from the parameters ("Subplans Removed").
 #[tokio::test]
 async fn single_account_statements_scan_one_partition_per_table() {
     let db = TestDb::create_partitioned().await;
@@ -428,7 +386,7 @@ async fn single_account_statements_scan_one_partition_per_table() {
     let mut pruned_to_one = 0;
     let mut failures = Vec::new();
     for (i, (name, class)) in classification().into_iter().enumerate() {
-        let Single { params, pending } = class else { continue };
+        let Single { params } = class else { continue };
         let sql = statements[name];
         let types: Vec<&str> = params.iter().map(|(ty, _)| *ty).collect();
         let values: Vec<&str> = params.iter().map(|(_, value)| *value).collect();
@@ -461,7 +419,7 @@ async fn single_account_statements_scan_one_partition_per_table() {
             }
         }
         if !problems.is_empty() {
-            failures.push(format!("{name}{}: {}", pending_note(pending), problems.join("; ")));
+            failures.push(format!("{name}: {}", problems.join("; ")));
         }
     }
     assert!(checked >= 20, "checked only {checked} statements");

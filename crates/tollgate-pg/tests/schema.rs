@@ -292,24 +292,39 @@ async fn active_expiry_index_covers_both_components() {
     db.drop_now().await;
 }
 
+/// The global tables, which a distributed engine replicates whole to every
+/// node (reference tables) instead of distributing them by account, and which
+/// `TestDb::partition_by_account` leaves unpartitioned:
+/// - `tollgate_legacy_credential_keys` (0020): the read-only directory that
+///   leads the hash of a key issued before keys named their account to that
+///   account. It has an `account_id` column, but it is looked up by key hash
+///   before the account is known, so it is keyed by `key_hash` alone; it is
+///   small and never written after 0020, so replicating it keeps that lookup
+///   local wherever it runs.
+/// - `tollgate_settings`: deployment-wide settings, of no account.
+const GLOBAL_TABLES: [&str; 2] = ["tollgate_legacy_credential_keys", "tollgate_settings"];
+
 /// Every primary key, unique constraint and unique index of a per-account
-/// table (one with an `account_id` column) leads with `account_id`, and every
-/// foreign key joins rows of the same account, so each such table can be
-/// distributed by account (the partitioned schema of `tests/partitioning.rs`
-/// depends on it). `tollgate_settings` is the one global table. Read from the
-/// catalogue, so a table added later is held to this too.
+/// table (one with an `account_id` column that is not global) leads with
+/// `account_id`, and every foreign key joins rows of the same account, so
+/// each such table can be distributed by account (the partitioned schema of
+/// `tests/partitioning.rs` depends on it). The global tables are exactly
+/// `GLOBAL_TABLES`. Read from the catalogue, so a table added later is held
+/// to this too.
 #[tokio::test]
 async fn every_key_of_a_per_account_table_leads_with_account_id() {
+    assert_eq!(GLOBAL_TABLES, tollgate_pg::testing::GLOBAL_TABLES, "the harness partitions the others");
     let db = TestDb::create_migrated().await;
     let unique: Vec<(String, String, Option<String>)> = sqlx::query_as(
         "SELECT t.relname::text, i.relname::text, a.attname::text \
          FROM pg_index x JOIN pg_class t ON t.oid = x.indrelid JOIN pg_class i ON i.oid = x.indexrelid \
          LEFT JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = x.indkey[0] \
          WHERE x.indisunique AND t.relnamespace = current_schema()::regnamespace \
-           AND t.relname LIKE 'tollgate\\_%' \
+           AND t.relname LIKE 'tollgate\\_%' AND t.relname <> ALL($1) \
            AND EXISTS (SELECT FROM pg_attribute c WHERE c.attrelid = t.oid AND c.attname = 'account_id') \
          ORDER BY 1, 2",
     )
+    .bind(GLOBAL_TABLES.to_vec())
     .fetch_all(db.pool())
     .await
     .expect("catalogue query");
@@ -328,17 +343,22 @@ async fn every_key_of_a_per_account_table_leads_with_account_id() {
         .map(|key| format!("{key} Some(\"account_id\")"))
     );
 
+    // The tables that cannot be distributed by account: those without an
+    // account_id column, and those with a unique key not led by it.
     let global: Vec<String> = sqlx::query_scalar(
         "SELECT t.relname::text FROM pg_class t \
          WHERE t.relnamespace = current_schema()::regnamespace AND t.relkind IN ('r', 'p') \
-           AND t.relname LIKE 'tollgate\\_%' \
-           AND NOT EXISTS (SELECT FROM pg_attribute c WHERE c.attrelid = t.oid AND c.attname = 'account_id') \
+           AND NOT t.relispartition AND t.relname LIKE 'tollgate\\_%' \
+           AND (NOT EXISTS (SELECT FROM pg_attribute c WHERE c.attrelid = t.oid AND c.attname = 'account_id') \
+                OR EXISTS (SELECT FROM pg_index x JOIN pg_attribute a \
+                               ON a.attrelid = x.indrelid AND a.attnum = x.indkey[0] \
+                           WHERE x.indrelid = t.oid AND x.indisunique AND a.attname <> 'account_id')) \
          ORDER BY 1",
     )
     .fetch_all(db.pool())
     .await
     .expect("catalogue query");
-    assert_eq!(global, ["tollgate_settings"]);
+    assert_eq!(global, GLOBAL_TABLES);
 
     // Each foreign key's first columns are account_id on both sides.
     let foreign: Vec<String> = sqlx::query_scalar(
@@ -353,15 +373,20 @@ async fn every_key_of_a_per_account_table_leads_with_account_id() {
         assert!(key.contains("FOREIGN KEY (account_id") && key.contains("(account_id"), "{key}");
         let references = key.split(" REFERENCES ").nth(1).unwrap_or_default();
         assert!(references.contains("(account_id"), "{key}");
+        // A replicated table neither references a distributed one nor is
+        // referenced by one.
+        for table in GLOBAL_TABLES {
+            assert!(!key.starts_with(&format!("{table} ")) && !references.starts_with(table), "{key}");
+        }
     }
     db.drop_now().await;
 }
 
 #[test]
-fn catalogue_is_versions_1_through_19_contiguous_and_forward_only() {
+fn catalogue_is_versions_1_through_20_contiguous_and_forward_only() {
     let versions: Vec<i64> = MIGRATOR.iter().map(|m| m.version).collect();
-    assert_eq!(versions, (1..=19).collect::<Vec<i64>>());
-    assert_eq!(latest_version(), 19);
+    assert_eq!(versions, (1..=20).collect::<Vec<i64>>());
+    assert_eq!(latest_version(), 20);
     for migration in MIGRATOR.iter() {
         assert_eq!(migration.migration_type, MigrationType::Simple, "{}", migration.version);
         assert!(!migration.no_tx, "migration {} must run in a transaction", migration.version);
@@ -377,7 +402,7 @@ async fn apply_reports_each_version_once() {
     let first: Vec<i64> = first.iter().map(|m| m.version).collect();
     assert_eq!(first, (1..=14).collect::<Vec<i64>>());
 
-    let second = db.migrate().await.expect("0015-0019 apply");
+    let second = db.migrate().await.expect("0015 onwards apply");
     let described: Vec<(i64, &str)> = second.iter().map(|m| (m.version, m.description.as_str())).collect();
     assert_eq!(
         described,
@@ -387,6 +412,7 @@ async fn apply_reports_each_version_once() {
             (17, "lease expiry nanoseconds"),
             (18, "create idempotency keys"),
             (19, "key every table by account"),
+            (20, "create legacy credential keys"),
         ]
     );
 

@@ -26,6 +26,7 @@ use jiff::{SignedDuration, Timestamp};
 use sqlx::{Connection, PgConnection, PgPool};
 use tollgate_core::{GrantPolicy, LeaseState, Outcome};
 use tollgate_pg::migrations;
+use tollgate_pg::migrations::versions_from;
 use tollgate_pg::testing::{TestDb, pg_failure};
 use tollgate_pg::{PgStoreConfig, PostgresStore};
 use tollgate_store::{LegacyBoundCount, Store, UsageSink};
@@ -209,7 +210,7 @@ async fn legacy_expiries_become_the_latest_consistent_instant_marked_as_upper_bo
     let before = rows_without_lease_expiry(db.pool()).await;
 
     let applied = db.migrate().await.expect("0017 applies");
-    assert_eq!(applied.iter().map(|m| m.version).collect::<Vec<_>>(), vec![17, 18, 19]);
+    assert_eq!(applied.iter().map(|m| m.version).collect::<Vec<_>>(), versions_from(17));
 
     let rows: Vec<(String, String, i64, i16, bool)> = sqlx::query_as(
         "SELECT lease_id, state, expiry_floor_us, expiry_submicro_ns, expiry_is_upper_bound \
@@ -290,7 +291,7 @@ async fn legacy_expiries_become_the_latest_consistent_instant_marked_as_upper_bo
     // The store decodes the same instants, marker included.
     let store = PostgresStore::from_pool(db.pool().clone(), policy()).await.expect("store");
     for w in &written {
-        let lease = store.lease(&w.lease_id).await.expect("lease");
+        let lease = store.lease("acct", &w.lease_id).await.expect("lease");
         assert_eq!(lease.expiry, timestamp(consistent_instants(stored[&w.lease_id]).1), "{}", w.lease_id);
         assert!(lease.expiry_is_upper_bound, "{}", w.lease_id);
     }
@@ -417,7 +418,7 @@ async fn every_old_lease_statement_fails_with_42703_after_0017_even_prepared_bef
     }
 
     let applied = db.migrate().await.expect("0017 applies");
-    assert_eq!(applied.iter().map(|m| m.version).collect::<Vec<_>>(), vec![17, 18, 19]);
+    assert_eq!(applied.iter().map(|m| m.version).collect::<Vec<_>>(), versions_from(17));
     let accounts = populated::account_counters(db.pool()).await;
     let rows = rows_without_lease_expiry(db.pool()).await;
 
@@ -571,7 +572,7 @@ async fn a_running_old_transaction_delays_0017_whose_columns_stay_invisible_unti
 
     gate_tx.commit().await.expect("release the gate");
     let applied = migration.await.expect("join").expect("0017 applies");
-    assert_eq!(applied.iter().map(|m| m.version).collect::<Vec<_>>(), vec![17, 18, 19]);
+    assert_eq!(applied.iter().map(|m| m.version).collect::<Vec<_>>(), versions_from(17));
 
     // ...and meets the new schema once the migration commits.
     let late_error = late_read.await.expect("join").expect_err("fenced");
@@ -682,16 +683,16 @@ async fn a_catalogue_ending_at_0016_refuses_to_start_after_0017() {
 }
 
 /// Everything a store reports about its data, for comparison across restarts.
-async fn store_view(store: &PostgresStore, lease_ids: &[String]) -> Vec<String> {
+async fn store_view(store: &PostgresStore, lease_ids: &[(String, String)]) -> Vec<String> {
     let mut view = Vec::new();
     for account_id in ["acct-a", "acct-b", "acct-c"] {
         view.push(format!("{:?}", store.account(account_id).await.expect("account")));
     }
-    for lease_id in lease_ids {
-        view.push(format!("{:?}", store.lease(lease_id).await.expect("lease")));
+    for (account_id, lease_id) in lease_ids {
+        view.push(format!("{:?}", store.lease(account_id, lease_id).await.expect("lease")));
     }
-    for credential_id in ["cred-a", "cred-b", "cred-c"] {
-        view.push(format!("{:?}", store.credential(credential_id).await.expect("credential")));
+    for (account_id, credential_id) in [("acct-a", "cred-a"), ("acct-b", "cred-b"), ("acct-c", "cred-c")] {
+        view.push(format!("{:?}", store.credential(account_id, credential_id).await.expect("credential")));
     }
     view
 }
@@ -712,7 +713,7 @@ async fn a_restart_after_the_upgrade_keeps_every_balance_lease_event_and_marker(
     let config = PgStoreConfig::default();
     let store = PostgresStore::connect_with(db.url(), policy(), config.clone()).await.expect("startup applies 0017");
     let applied: Vec<i64> = store.applied_migrations().iter().map(|m| m.version).collect();
-    assert_eq!(applied, vec![17, 18, 19]);
+    assert_eq!(applied, versions_from(17));
     store.pin_reclaim_grace(false).await.expect("the legacy fleet's recorded grace is this one");
     assert_eq!(rows_without_lease_expiry(db.pool()).await, before_upgrade);
 
@@ -750,10 +751,11 @@ async fn a_restart_after_the_upgrade_keeps_every_balance_lease_event_and_marker(
             (LeaseState::Consolidated, true, 2),
         ]
     );
-    let mut lease_ids: Vec<String> = sqlx::query_scalar("SELECT lease_id FROM tollgate_leases ORDER BY lease_id")
-        .fetch_all(db.pool())
-        .await
-        .expect("lease ids");
+    let mut lease_ids: Vec<(String, String)> =
+        sqlx::query_as("SELECT account_id, lease_id FROM tollgate_leases ORDER BY lease_id")
+            .fetch_all(db.pool())
+            .await
+            .expect("lease ids");
     lease_ids.sort();
     let view = store_view(&store, &lease_ids).await;
     let rows = exact_rows(db.pool()).await;

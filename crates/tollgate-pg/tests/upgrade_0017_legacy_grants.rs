@@ -13,6 +13,7 @@ use fixtures::{conservation_violations, legacy_bound_counts};
 use jiff::{SignedDuration, Timestamp};
 use tollgate_core::{Error, GrantPolicy, LeaseState, Outcome, RejectReason, UsageEvent};
 use tollgate_pg::PostgresStore;
+use tollgate_pg::migrations::versions_from;
 use tollgate_pg::testing::TestDb;
 use tollgate_store::{LeaseHandle, Store, UsageSink};
 
@@ -49,7 +50,7 @@ async fn upgraded() -> (PostgresStore, populated::Populated) {
     let fixture = populated::populate(db.pool()).await;
     let store = PostgresStore::on_test_db(db, policy()).await.expect("the new binary starts and migrates");
     let applied: Vec<i64> = store.applied_migrations().iter().map(|m| m.version).collect();
-    assert_eq!(applied, vec![17, 18, 19]);
+    assert_eq!(applied, versions_from(17));
     store.pin_reclaim_grace(false).await.expect("the legacy fleet's recorded grace is this one");
     (store, fixture)
 }
@@ -76,11 +77,15 @@ async fn retained_capabilities_release_and_consolidate_legacy_grants_until_none_
     let now = Timestamp::from_microsecond(NOW_US).expect("now");
 
     // The capability is checked as before: a wrong one is refused.
-    assert_eq!(store.release("a1", "tgc_legacy_a2", now).await.map(|r| r.settlement), Err(Error::CapabilityMismatch));
+    assert_eq!(
+        store.release("acct-a", "a1", "tgc_legacy_a2", now).await.map(|r| r.settlement),
+        Err(Error::CapabilityMismatch)
+    );
 
     // Release with the capability the legacy writer handed out.
     let a1 = fixture.lease("a1");
-    let released = store.release("a1", &a1.grant.capability, now).await.expect("legacy grant released");
+    let released =
+        store.release(&a1.grant.account_id, "a1", &a1.grant.capability, now).await.expect("legacy grant released");
     assert_eq!((released.settlement.charged, released.settlement.returned, released.settlement.excess), (10, 90, 0));
     assert_eq!(released.lease.state, LeaseState::Released);
     // Settled history keeps its marker and its recorded bound.
@@ -114,7 +119,8 @@ async fn retained_capabilities_release_and_consolidate_legacy_grants_until_none_
     }
 
     // b1 was used beyond its grant; its release bills the excess as overage.
-    let b1 = store.release("b1", &fixture.lease("b1").grant.capability, now).await.expect("legacy grant released");
+    let b1 =
+        store.release("acct-b", "b1", &fixture.lease("b1").grant.capability, now).await.expect("legacy grant released");
     assert_eq!((b1.settlement.charged, b1.settlement.returned, b1.settlement.excess), (60, 0, 10));
 
     // No active legacy bound is left; settled history is still marked.
@@ -197,7 +203,7 @@ async fn legacy_grants_are_reclaimed_exactly_at_their_upper_bound_plus_grace() {
         assert_eq!(reclaimed, vec![id], "at {deadline_ns} ns");
         let again = store.reclaim(at, 100).await.expect("reclaim");
         assert_eq!(again.reclaimed, vec![], "{id} reclaimed twice");
-        let settled = store.lease(id).await.expect("lease");
+        let settled = store.lease(&lease.grant.account_id, id).await.expect("lease");
         assert_eq!(settled.state, LeaseState::Reclaimed);
         assert!(settled.expiry_is_upper_bound, "{id} lost its marker");
         assert_eq!(conservation_violations(&pool).await, Vec::<String>::new(), "{id}");

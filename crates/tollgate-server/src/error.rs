@@ -129,15 +129,26 @@ impl ApiError {
     }
 }
 
+/// What a 5xx answer said, attached to the response so that the request's
+/// one log line (written by the router's `observe` layer, which knows the
+/// request ID and route) can name it.
+#[derive(Debug, Clone)]
+pub(crate) struct Failure {
+    pub(crate) code: String,
+    pub(crate) message: String,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
+        let body = self.body();
         if status.is_server_error() {
-            let body = self.body();
-            tracing::warn!(status = status.as_u16(), code = %body.error.code, message = %body.error.message, "request failed");
-            return (status, Json(body)).into_response();
+            let failure = Failure { code: body.error.code.clone(), message: body.error.message.clone() };
+            let mut response = (status, Json(body)).into_response();
+            response.extensions_mut().insert(failure);
+            return response;
         }
-        (status, Json(self.body())).into_response()
+        (status, Json(body)).into_response()
     }
 }
 

@@ -164,10 +164,11 @@ pub(crate) async fn issue_credential(
     )
 }
 
-/// A credential and its activity, without its key.
+/// A credential of the account and its activity, without its key. A
+/// credential of another account is `credential_not_found`.
 #[utoipa::path(
-    get, path = "/v1/credentials/{credential_id}", tag = "credentials",
-    params(("credential_id" = String, Path)),
+    get, path = "/v1/accounts/{account_id}/credentials/{credential_id}", tag = "credentials",
+    params(("account_id" = String, Path), ("credential_id" = String, Path)),
     responses(
         (status = 200, description = "The credential", body = CredentialBody),
         (status = 404, description = "`credential_not_found`", body = ErrorBody),
@@ -176,16 +177,17 @@ pub(crate) async fn issue_credential(
 pub(crate) async fn get_credential(
     _: AdminAuth,
     State(state): State<AppState>,
-    ApiPath(credential_id): ApiPath<String>,
+    ApiPath((account_id, credential_id)): ApiPath<(String, String)>,
 ) -> ApiResult {
-    let credential = state.store().credential(&credential_id).await?;
+    let credential = state.store().credential(&account_id, &credential_id).await?;
     json(StatusCode::OK, CredentialBody::from(&credential))
 }
 
-/// Revokes a credential. Revoking again keeps the first revocation time.
+/// Revokes a credential of the account. Revoking again keeps the first
+/// revocation time; a credential of another account is `credential_not_found`.
 #[utoipa::path(
-    post, path = "/v1/credentials/{credential_id}/revoke", tag = "credentials",
-    params(("credential_id" = String, Path), ("Idempotency-Key" = Option<String>, Header, nullable = false, description = "1 to 255 visible ASCII characters; a random UUIDv4 or better. A retry with the same key and request answers with the original status and body and applies nothing again")),
+    post, path = "/v1/accounts/{account_id}/credentials/{credential_id}/revoke", tag = "credentials",
+    params(("account_id" = String, Path), ("credential_id" = String, Path), ("Idempotency-Key" = Option<String>, Header, nullable = false, description = "1 to 255 visible ASCII characters; a random UUIDv4 or better. A retry with the same key and request answers with the original status and body and applies nothing again")),
     responses(
         (status = 200, description = "The revoked credential", body = CredentialBody),
         (status = 400, description = "`invalid_idempotency_key`", body = ErrorBody),
@@ -196,15 +198,19 @@ pub(crate) async fn get_credential(
 pub(crate) async fn revoke_credential(
     _: AdminAuth,
     State(state): State<AppState>,
-    ApiPath(credential_id): ApiPath<String>,
+    ApiPath((account_id, credential_id)): ApiPath<(String, String)>,
     IdempotencyHeader(idempotency): IdempotencyHeader,
 ) -> ApiResult {
+    let store = state.store();
     let credential =
-        state.store().revoke_credential_idempotent(idempotency.as_ref(), &credential_id, state.now()).await?;
+        store.revoke_credential_idempotent(idempotency.as_ref(), &account_id, &credential_id, state.now()).await?;
     json(StatusCode::OK, CredentialBody::from(&credential))
 }
 
-/// Checks an end-user key. Never changes the credential's activity.
+/// Checks an end-user key. A key names its account
+/// (`tgk_{account_id}_{secret}`) and is looked up on that account only; a key
+/// whose account part was altered, or that is malformed, is
+/// `unknown_credential`. Never changes the credential's activity.
 #[utoipa::path(
     post, path = "/v1/credentials/verify", tag = "credentials",
     request_body = VerifyRequest,
@@ -248,10 +254,11 @@ pub(crate) async fn acquire(
     json(StatusCode::CREATED, issued_lease_body(&issued))
 }
 
-/// A lease, without its capability.
+/// A lease of the account, without its capability. A lease of another account
+/// is `lease_not_found`.
 #[utoipa::path(
-    get, path = "/v1/leases/{lease_id}", tag = "leases",
-    params(("lease_id" = String, Path)),
+    get, path = "/v1/accounts/{account_id}/leases/{lease_id}", tag = "leases",
+    params(("account_id" = String, Path), ("lease_id" = String, Path)),
     responses(
         (status = 200, description = "The lease", body = LeaseBody),
         (status = 404, description = "`lease_not_found`", body = ErrorBody),
@@ -260,17 +267,18 @@ pub(crate) async fn acquire(
 pub(crate) async fn get_lease(
     _: GatewayAuth,
     State(state): State<AppState>,
-    ApiPath(lease_id): ApiPath<String>,
+    ApiPath((account_id, lease_id)): ApiPath<(String, String)>,
 ) -> ApiResult {
-    let lease = state.store().lease(&lease_id).await?;
+    let lease = state.store().lease(&account_id, &lease_id).await?;
     json(StatusCode::OK, LeaseBody::from(&lease))
 }
 
-/// Settles a lease: returns what was not used, bills usage beyond the grant as
-/// overage.
+/// Settles a lease of the account: returns what was not used, bills usage
+/// beyond the grant as overage. A lease of another account is
+/// `lease_not_found` and nothing changes.
 #[utoipa::path(
-    post, path = "/v1/leases/{lease_id}/release", tag = "leases",
-    params(("lease_id" = String, Path), ("Idempotency-Key" = Option<String>, Header, nullable = false, description = "1 to 255 visible ASCII characters; a random UUIDv4 or better. A retry with the same key and request answers with the original status and body and applies nothing again")),
+    post, path = "/v1/accounts/{account_id}/leases/{lease_id}/release", tag = "leases",
+    params(("account_id" = String, Path), ("lease_id" = String, Path), ("Idempotency-Key" = Option<String>, Header, nullable = false, description = "1 to 255 visible ASCII characters; a random UUIDv4 or better. A retry with the same key and request answers with the original status and body and applies nothing again")),
     request_body = ReleaseRequest,
     responses(
         (status = 200, description = "The settled lease and how it was split", body = ReleaseResponse),
@@ -282,12 +290,13 @@ pub(crate) async fn get_lease(
 pub(crate) async fn release(
     _: GatewayAuth,
     State(state): State<AppState>,
-    ApiPath(lease_id): ApiPath<String>,
+    ApiPath((account_id, lease_id)): ApiPath<(String, String)>,
     IdempotencyHeader(idempotency): IdempotencyHeader,
     ApiJson(body): ApiJson<ReleaseRequest>,
 ) -> ApiResult {
-    let store = state.store();
-    let released = store.release_idempotent(idempotency.as_ref(), &lease_id, &body.capability, state.now()).await?;
+    let (store, now) = (state.store(), state.now());
+    let released =
+        store.release_idempotent(idempotency.as_ref(), &account_id, &lease_id, &body.capability, now).await?;
     state.metrics().count_leases(LeaseEvent::Released, 1);
     let s = released.settlement;
     json(
@@ -302,7 +311,8 @@ pub(crate) async fn release(
 }
 
 /// Settles several leases of one account into one new lease of their returned
-/// units plus `extra_units`, all or nothing.
+/// units plus `extra_units`, all or nothing. Every source is looked up under
+/// the account: a lease of another account is `lease_not_found`.
 #[utoipa::path(
     post, path = "/v1/accounts/{account_id}/leases/consolidate", tag = "leases",
     params(("account_id" = String, Path), ("Idempotency-Key" = Option<String>, Header, nullable = false, description = "1 to 255 visible ASCII characters; a random UUIDv4 or better. A retry with the same key and request answers with the original status and body and applies nothing again")),
@@ -311,7 +321,7 @@ pub(crate) async fn release(
         (status = 201, description = "The new lease with its capability, and each source's settlement", body = ConsolidateResponse),
         (status = 400, description = "`no_source_leases`, `duplicate_source_lease`, `invalid_ttl`, `invalid_idempotency_key` or bad body", body = ErrorBody),
         (status = 404, description = "`account_not_found` or `lease_not_found`", body = ErrorBody),
-        (status = 409, description = "`capability_mismatch`, `lease_not_active`, `lease_expired`, `mixed_accounts`, `insufficient_balance`, `expiry_out_of_range` or `idempotency_key_reused`", body = ErrorBody),
+        (status = 409, description = "`capability_mismatch`, `lease_not_active`, `lease_expired`, `insufficient_balance`, `expiry_out_of_range` or `idempotency_key_reused`", body = ErrorBody),
     ),
 )]
 pub(crate) async fn consolidate(

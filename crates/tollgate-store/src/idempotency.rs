@@ -8,7 +8,8 @@
 //! changed nothing, so its retry runs again and may succeed.
 //!
 //! What is stored reveals nothing without the key. A key is scoped by the
-//! operation and the resource it names, and three values are derived from the
+//! operation and the resource it names (with its account, for a lease or a
+//! credential), and three values are derived from the
 //! scope and the key with domain separation: the lookup id the record is found
 //! by, the fingerprint of the request's canonical arguments, and the key that
 //! seals the answer with XChaCha20-Poly1305. Answers hold lease capabilities and
@@ -74,10 +75,10 @@ pub struct Idempotency {
 #[derive(Debug, Clone, Copy)]
 pub enum Request<'a> {
     Acquire { account_id: &'a str, units: u64, ttl: SignedDuration },
-    Release { lease_id: &'a str, capability: &'a str },
+    Release { account_id: &'a str, lease_id: &'a str, capability: &'a str },
     Consolidate { account_id: &'a str, sources: &'a [LeaseHandle], extra_units: u64, ttl: SignedDuration },
     IssueCredential { account_id: &'a str, label: &'a str },
-    RevokeCredential { credential_id: &'a str },
+    RevokeCredential { account_id: &'a str, credential_id: &'a str },
 }
 
 impl Request<'_> {
@@ -91,6 +92,26 @@ impl Request<'_> {
         }
     }
 
+    /// The account the request names, which its record is stored under.
+    pub fn account_id(&self) -> &str {
+        match self {
+            Request::Acquire { account_id, .. }
+            | Request::Release { account_id, .. }
+            | Request::Consolidate { account_id, .. }
+            | Request::IssueCredential { account_id, .. }
+            | Request::RevokeCredential { account_id, .. } => account_id,
+        }
+    }
+
+    /// The account that scopes the key besides the resource, for a resource
+    /// that is not itself an account.
+    fn resource_account(&self) -> Option<&str> {
+        match self {
+            Request::Release { account_id, .. } | Request::RevokeCredential { account_id, .. } => Some(account_id),
+            Request::Acquire { .. } | Request::Consolidate { .. } | Request::IssueCredential { .. } => None,
+        }
+    }
+
     /// The resource the request names, which scopes its key.
     pub fn resource(&self) -> &str {
         match self {
@@ -98,7 +119,7 @@ impl Request<'_> {
             | Request::Consolidate { account_id, .. }
             | Request::IssueCredential { account_id, .. } => account_id,
             Request::Release { lease_id, .. } => lease_id,
-            Request::RevokeCredential { credential_id } => credential_id,
+            Request::RevokeCredential { credential_id, .. } => credential_id,
         }
     }
 
@@ -107,7 +128,7 @@ impl Request<'_> {
             Request::Acquire { account_id, units, ttl } => {
                 canon.text(account_id).number(units).duration(ttl);
             }
-            Request::Release { lease_id, capability } => {
+            Request::Release { lease_id, capability, .. } => {
                 canon.text(lease_id).text(capability);
             }
             Request::Consolidate { account_id, sources, extra_units, ttl } => {
@@ -120,7 +141,7 @@ impl Request<'_> {
             Request::IssueCredential { account_id, label } => {
                 canon.text(account_id).text(label);
             }
-            Request::RevokeCredential { credential_id } => {
+            Request::RevokeCredential { credential_id, .. } => {
                 canon.text(credential_id);
             }
         }
@@ -133,7 +154,12 @@ struct Canon(Sha256);
 impl Canon {
     fn new(domain: &str, request: &Request<'_>, key: &IdempotencyKey) -> Self {
         let mut canon = Self(Sha256::new());
-        canon.text(domain).text(request.operation()).text(request.resource()).text(key.expose());
+        canon.text(domain).text(request.operation()).text(request.resource());
+        // The operation says whether an account follows, so this stays unambiguous.
+        if let Some(account_id) = request.resource_account() {
+            canon.text(account_id);
+        }
+        canon.text(key.expose());
         canon
     }
 

@@ -70,16 +70,27 @@ pub trait Store: UsageSink {
     ) -> Result<IssuedLease, Error> {
         self.acquire_idempotent(None, account_id, units, ttl, now).await
     }
+    /// Settles the lease `lease_id` of `account_id`. A lease of another
+    /// account is `lease_not_found`, exactly as an unknown lease is.
     async fn release_idempotent(
         &self,
         idempotency: Option<&Idempotency>,
+        account_id: &str,
         lease_id: &str,
         capability: &str,
         now: Timestamp,
     ) -> Result<Released, Error>;
-    async fn release(&self, lease_id: &str, capability: &str, now: Timestamp) -> Result<Released, Error> {
-        self.release_idempotent(None, lease_id, capability, now).await
+    async fn release(
+        &self,
+        account_id: &str,
+        lease_id: &str,
+        capability: &str,
+        now: Timestamp,
+    ) -> Result<Released, Error> {
+        self.release_idempotent(None, account_id, lease_id, capability, now).await
     }
+    /// Every source lease is looked up under `account_id`: one of another
+    /// account is `lease_not_found`.
     async fn consolidate_idempotent(
         &self,
         idempotency: Option<&Idempotency>,
@@ -112,16 +123,27 @@ pub trait Store: UsageSink {
     async fn issue_credential(&self, account_id: &str, label: &str, now: Timestamp) -> Result<IssuedCredential, Error> {
         self.issue_credential_idempotent(None, account_id, label, now).await
     }
+    /// Looks the key up only under the account it names
+    /// (`tollgate_core::route_credential_key`); a key that names no account,
+    /// or another account than its credential's, is `unknown_credential`.
     /// Never changes activity.
     async fn verify_credential(&self, key: &str) -> Result<Verification, Error>;
+    /// Revokes the credential `credential_id` of `account_id`; one of another
+    /// account is `credential_not_found`.
     async fn revoke_credential_idempotent(
         &self,
         idempotency: Option<&Idempotency>,
+        account_id: &str,
         credential_id: &str,
         now: Timestamp,
     ) -> Result<Credential, Error>;
-    async fn revoke_credential(&self, credential_id: &str, now: Timestamp) -> Result<Credential, Error> {
-        self.revoke_credential_idempotent(None, credential_id, now).await
+    async fn revoke_credential(
+        &self,
+        account_id: &str,
+        credential_id: &str,
+        now: Timestamp,
+    ) -> Result<Credential, Error> {
+        self.revoke_credential_idempotent(None, account_id, credential_id, now).await
     }
 
     /// Deletes at most `limit` (and at most [`IDEMPOTENCY_PURGE_BATCH_MAX`])
@@ -130,8 +152,12 @@ pub trait Store: UsageSink {
     async fn purge_idempotency(&self, now: Timestamp, limit: u32) -> Result<u32, Error>;
 
     async fn account(&self, account_id: &str) -> Result<AccountView, Error>;
-    async fn lease(&self, lease_id: &str) -> Result<Lease, Error>;
-    async fn credential(&self, credential_id: &str) -> Result<Credential, Error>;
+    /// The lease `lease_id` of `account_id`; one of another account is
+    /// `lease_not_found`.
+    async fn lease(&self, account_id: &str, lease_id: &str) -> Result<Lease, Error>;
+    /// The credential `credential_id` of `account_id`; one of another account
+    /// is `credential_not_found`.
+    async fn credential(&self, account_id: &str, credential_id: &str) -> Result<Credential, Error>;
 
     /// Conservation of every account, the legacy-bound counts and, where the
     /// storage can hold them, rows that violate the database guards.

@@ -20,8 +20,8 @@ use tollgate_core::ids::validate_label;
 use tollgate_core::ledger::{self, LeaseState};
 use tollgate_core::usage::{self, UsageView};
 use tollgate_core::{
-    Account, Credential, Error, EventOutcome, GrantPolicy, IngestError, Lease, ReclaimPass, SecretHash, UnitDomain,
-    UsageEvent, check_conservation, validate_id,
+    Account, Credential, Error, EventOutcome, GrantPolicy, IngestError, KeyRoute, Lease, ReclaimPass, SecretHash,
+    UnitDomain, UsageEvent, check_conservation, route_credential_key, validate_id,
 };
 
 use crate::idempotency::{Claim, IDEMPOTENCY_PURGE_BATCH_MAX, Idempotency, Replayable, Request};
@@ -32,6 +32,10 @@ use crate::model::{
 };
 use crate::secrets::{new_capability, new_credential_id, new_credential_key, new_lease_id};
 use crate::{Store, UsageSink};
+
+mod records;
+
+use records::IdempotencyRecords;
 
 const DOMAIN: UnitDomain = UnitDomain::U64;
 
@@ -101,56 +105,6 @@ struct State {
     idempotency: IdempotencyRecords,
 }
 
-/// Recorded answers of keyed requests, by lookup id. Bounded by retention:
-/// every insert first purges a batch of expired records.
-#[derive(Default)]
-struct IdempotencyRecords {
-    records: HashMap<[u8; 32], IdempotencyRecord>,
-    by_expiry: BTreeSet<(Timestamp, [u8; 32])>,
-}
-
-struct IdempotencyRecord {
-    fingerprint: [u8; 32],
-    sealed: Vec<u8>,
-    expires_at: Timestamp,
-}
-
-/// Expired records one insert purges; more than one, so purging outpaces
-/// inserting whenever records are expiring.
-const IDEMPOTENCY_PURGE_ON_INSERT: u32 = 4;
-
-impl IdempotencyRecords {
-    /// The record under `lookup_id` unless it has expired at `now`; an expired
-    /// key is a new key.
-    fn live(&self, lookup_id: &[u8; 32], now: Timestamp) -> Option<&IdempotencyRecord> {
-        self.records.get(lookup_id).filter(|record| now < record.expires_at)
-    }
-
-    fn insert(&mut self, claim: &Claim, sealed: Vec<u8>, now: Timestamp) {
-        self.purge(now, IDEMPOTENCY_PURGE_ON_INSERT);
-        let record = IdempotencyRecord { fingerprint: claim.fingerprint, sealed, expires_at: claim.expires_at };
-        if let Some(old) = self.records.insert(claim.lookup_id, record) {
-            self.by_expiry.remove(&(old.expires_at, claim.lookup_id));
-        }
-        self.by_expiry.insert((claim.expires_at, claim.lookup_id));
-    }
-
-    fn purge(&mut self, now: Timestamp, limit: u32) -> u32 {
-        let expired: Vec<(Timestamp, [u8; 32])> = self
-            .by_expiry
-            .iter()
-            .take_while(|(expires_at, _)| *expires_at <= now)
-            .take(limit as usize)
-            .copied()
-            .collect();
-        for entry in &expired {
-            self.by_expiry.remove(entry);
-            self.records.remove(&entry.1);
-        }
-        expired.len() as u32
-    }
-}
-
 impl MemoryStore {
     pub fn new(policy: GrantPolicy) -> Self {
         Self { policy, state: Mutex::new(State::default()) }
@@ -217,15 +171,28 @@ impl State {
         }
     }
 
+    /// The credential `credential_id` of `account_id`; one of another account
+    /// is not found, exactly like an unknown one.
+    fn account_credential(&self, account_id: &str, credential_id: &str) -> Option<&CredentialRecord> {
+        self.credentials.get(credential_id).filter(|record| record.credential.account_id == account_id)
+    }
+
     fn load_lease(&self, lease_id: &str) -> Option<Lease> {
         let key = lease_key(lease_id)?;
         self.leases.get(&key).map(|record| self.lease_of(key, record))
     }
 
+    /// The record of the lease `lease_id` of `account_id`: a lease of another
+    /// account is not found, exactly like an unknown one.
+    fn account_lease(&self, account_id: &str, lease_id: &str) -> Option<(LeaseKey, &LeaseRecord)> {
+        let key = lease_key(lease_id)?;
+        let record = self.leases.get(&key)?;
+        (self.account_ids[record.account as usize] == account_id).then_some((key, record))
+    }
+
     /// The lease, after checking the caller's capability against its hash.
-    fn held_lease(&self, lease_id: &str, capability: &str) -> Result<Lease, Error> {
-        let key = lease_key(lease_id).ok_or(Error::LeaseNotFound)?;
-        let record = self.leases.get(&key).ok_or(Error::LeaseNotFound)?;
+    fn held_lease(&self, account_id: &str, lease_id: &str, capability: &str) -> Result<Lease, Error> {
+        let (key, record) = self.account_lease(account_id, lease_id).ok_or(Error::LeaseNotFound)?;
         if !record.capability.matches(capability) {
             return Err(Error::CapabilityMismatch);
         }
@@ -397,12 +364,13 @@ impl Store for MemoryStore {
     async fn release_idempotent(
         &self,
         idempotency: Option<&Idempotency>,
+        account_id: &str,
         lease_id: &str,
         capability: &str,
         now: Timestamp,
     ) -> Result<Released, Error> {
-        self.run(idempotency, Request::Release { lease_id, capability }, now, |state| {
-            let mut lease = state.held_lease(lease_id, capability)?;
+        self.run(idempotency, Request::Release { account_id, lease_id, capability }, now, |state| {
+            let mut lease = state.held_lease(account_id, lease_id, capability)?;
             let mut account = state.account(&lease.account_id).map_err(|_| orphan(&lease))?.clone();
             let settlement = ledger::release(&mut account, &mut lease, now, &self.policy, DOMAIN)?;
             state.accounts.insert(account.account_id.clone(), account);
@@ -425,7 +393,7 @@ impl Store for MemoryStore {
             let mut account = state.account(account_id)?.clone();
             let mut leases = sources
                 .iter()
-                .map(|handle| state.held_lease(&handle.lease_id, &handle.capability))
+                .map(|handle| state.held_lease(account_id, &handle.lease_id, &handle.capability))
                 .collect::<Result<Vec<_>, _>>()?;
             let (grant, settlements) =
                 ledger::consolidate(&mut account, &mut leases, extra_units, ttl, now, &self.policy, DOMAIN)?;
@@ -488,7 +456,7 @@ impl Store for MemoryStore {
         validate_label(label)?;
         self.run(idempotency, Request::IssueCredential { account_id, label }, now, |state| {
             state.account(account_id)?;
-            let key = new_credential_key();
+            let key = new_credential_key(account_id);
             let credential = Credential::issued(new_credential_id(), account_id.to_owned(), label.to_owned(), now);
             state.credential_by_key.insert(key.hash(), credential.credential_id.clone());
             state.credentials.insert(
@@ -499,12 +467,17 @@ impl Store for MemoryStore {
         })
     }
 
+    /// Only keys that name their account were ever issued here, so a key in
+    /// the legacy form names no credential of this store.
     async fn verify_credential(&self, key: &str) -> Result<Verification, Error> {
+        let KeyRoute::Account(account_id) = route_credential_key(key) else {
+            return Ok(Verification::of(None));
+        };
         let state = self.lock();
         let record = state
             .credential_by_key
             .get(&SecretHash::of(key))
-            .and_then(|credential_id| state.credentials.get(credential_id))
+            .and_then(|credential_id| state.account_credential(account_id, credential_id))
             .filter(|record| record.key.matches(key));
         Ok(Verification::of(record.map(|record| &record.credential)))
     }
@@ -512,11 +485,16 @@ impl Store for MemoryStore {
     async fn revoke_credential_idempotent(
         &self,
         idempotency: Option<&Idempotency>,
+        account_id: &str,
         credential_id: &str,
         now: Timestamp,
     ) -> Result<Credential, Error> {
-        self.run(idempotency, Request::RevokeCredential { credential_id }, now, |state| {
-            let record = state.credentials.get_mut(credential_id).ok_or(Error::CredentialNotFound)?;
+        self.run(idempotency, Request::RevokeCredential { account_id, credential_id }, now, |state| {
+            let record = state
+                .credentials
+                .get_mut(credential_id)
+                .filter(|record| record.credential.account_id == account_id)
+                .ok_or(Error::CredentialNotFound)?;
             record.credential.revoke(now);
             Ok(record.credential.clone())
         })
@@ -530,14 +508,16 @@ impl Store for MemoryStore {
         self.lock().view(account_id)
     }
 
-    async fn lease(&self, lease_id: &str) -> Result<Lease, Error> {
+    async fn lease(&self, account_id: &str, lease_id: &str) -> Result<Lease, Error> {
         let state = self.lock();
-        state.load_lease(lease_id).ok_or(Error::LeaseNotFound)
+        let (key, record) = state.account_lease(account_id, lease_id).ok_or(Error::LeaseNotFound)?;
+        Ok(state.lease_of(key, record))
     }
 
-    async fn credential(&self, credential_id: &str) -> Result<Credential, Error> {
+    async fn credential(&self, account_id: &str, credential_id: &str) -> Result<Credential, Error> {
         let state = self.lock();
-        state.credentials.get(credential_id).map(|record| record.credential.clone()).ok_or(Error::CredentialNotFound)
+        let record = state.account_credential(account_id, credential_id).ok_or(Error::CredentialNotFound)?;
+        Ok(record.credential.clone())
     }
 
     async fn check(&self) -> Result<CheckReport, Error> {
@@ -587,42 +567,4 @@ fn orphan(lease: &Lease) -> Error {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn at(ns: i64) -> Timestamp {
-        Timestamp::from_nanosecond(i128::from(ns)).expect("instant")
-    }
-
-    /// The memory store cannot be corrupted through its API; the one
-    /// corruption it can hold is a lease whose account is gone, made here by
-    /// removing the account directly. That lease is skipped and reported, and
-    /// the healthy due lease behind it in expiry order is still settled by
-    /// the same pass, even when the pass's bound is one lease.
-    #[tokio::test]
-    async fn reclaim_skips_a_lease_of_a_missing_account_and_settles_the_rest() {
-        let policy = GrantPolicy::new(SignedDuration::from_secs(3_600), SignedDuration::ZERO, 100).unwrap();
-        let store = MemoryStore::new(policy);
-        for account in ["broken", "healthy"] {
-            store.create_account(account).await.unwrap();
-            store.credit(account, "seed", 100).await.unwrap();
-        }
-        let broken = store.acquire("broken", 10, SignedDuration::from_nanos(1_000), at(0)).await.unwrap();
-        let healthy = store.acquire("healthy", 10, SignedDuration::from_nanos(2_000), at(0)).await.unwrap();
-        store.lock().accounts.remove("broken");
-
-        // The second pass finds the corrupt lease again, and nothing else.
-        for expected in [vec![healthy.lease.lease_id.clone()], vec![]] {
-            let report = store.reclaim(at(5_000), 1).await.expect("the pass succeeds around the corrupt lease");
-            assert_eq!(report.reclaimed.iter().map(|r| r.lease_id.clone()).collect::<Vec<_>>(), expected);
-            assert_eq!(
-                report.skipped.iter().map(|s| (s.lease_id.as_str(), s.account_id.as_str())).collect::<Vec<_>>(),
-                vec![(broken.lease.lease_id.as_str(), "broken")]
-            );
-            assert!(report.skipped[0].reason.contains("missing account"), "{:?}", report.skipped);
-        }
-        let healthy_now = store.lease(&healthy.lease.lease_id).await.unwrap();
-        assert_eq!(healthy_now.state, LeaseState::Reclaimed);
-        assert_eq!(store.account("healthy").await.unwrap().account.available, 100);
-    }
-}
+mod tests;

@@ -77,8 +77,9 @@ fn main() {
     let store = memory_store(ACCOUNTS);
     let before = live();
     for i in 0..items {
-        let issued = run_ready(store.acquire(&account_id(i % ACCOUNTS), 1, ttl(), now())).expect("acquire");
-        run_ready(store.release(&issued.lease.lease_id, issued.capability.expose(), now())).expect("release");
+        let account = account_id(i % ACCOUNTS);
+        let issued = run_ready(store.acquire(&account, 1, ttl(), now())).expect("acquire");
+        run_ready(store.release(&account, &issued.lease.lease_id, issued.capability.expose(), now())).expect("release");
     }
     let settled = (live() - before) as f64 / items as f64;
     drop(store);

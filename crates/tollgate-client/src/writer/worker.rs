@@ -42,6 +42,8 @@ impl Worker {
     pub(super) async fn run(self) {
         while let Some(batch) = self.next_batch().await {
             self.deliver(batch).await;
+            let settled = self.shared.lock().advance_settled();
+            self.settled.send_replace(settled);
         }
         self.done.send_replace(true);
     }
@@ -59,10 +61,10 @@ impl Worker {
                         let due = front.recorded_at + config.batch_age_max;
                         let ready = state.closing
                             || state.queue.len() >= config.batch_events_max
-                            || state.flush_upto > state.settled_events
+                            || state.flush_upto > state.settled_through
                             || due <= Instant::now();
                         if ready {
-                            return Some(state.take_batch(config.batch_events_max));
+                            return Some(state.take_batch(config.batch_events_max, config.batch_grouping));
                         }
                         Some(due)
                     }
@@ -203,7 +205,7 @@ impl Worker {
     }
 
     fn settle(&self, batch: &[UsageEvent], outcomes: &[Settled], after_ambiguous: bool) {
-        let settled = {
+        {
             let mut state = self.shared.lock();
             let stats = &mut state.stats;
             for (event, outcome) in batch.iter().zip(outcomes) {
@@ -219,10 +221,7 @@ impl Worker {
                 }
             }
             stats.in_flight.remove(Tally::of(batch));
-            state.settled_events += batch.len() as u64;
-            state.settled_events
-        };
-        self.settled.send_replace(settled);
+        }
     }
 
     fn lose(
@@ -235,13 +234,11 @@ impl Worker {
         maybe_applied: bool,
     ) {
         let tally = Tally::of(&events);
-        let settled = {
+        {
             let mut state = self.shared.lock();
             state.stats.lost.entry(reason).or_default().add(tally);
             state.stats.in_flight.remove(tally);
-            state.settled_events += tally.events;
-            state.settled_events
-        };
+        }
         if let Some(callback) = &self.on_loss {
             let report =
                 LossReport { reason, error_code, message, events, units: tally.units, attempts, maybe_applied };
@@ -249,7 +246,6 @@ impl Worker {
             // usage; the counters above already hold the loss.
             let _ = std::panic::catch_unwind(AssertUnwindSafe(|| callback(&report)));
         }
-        self.settled.send_replace(settled);
     }
 }
 

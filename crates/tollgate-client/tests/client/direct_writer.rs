@@ -14,8 +14,8 @@ use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use tokio::time::Instant;
 use tollgate_client::{
-    ATTEMPTS_LIMIT, ConfigError, LossReason, LossReport, RecordError, RetryConfig, Tally, UsageWriter, WriterConfig,
-    WriterStats,
+    ATTEMPTS_LIMIT, BatchGrouping, ConfigError, LossReason, LossReport, RecordError, RetryConfig, Tally, UsageWriter,
+    WriterConfig, WriterStats,
 };
 use tollgate_core::{EventOutcome, GrantPolicy, IngestError, RejectReason, UsageEvent};
 use tollgate_store::{MemoryStore, Store, UsageSink};
@@ -44,8 +44,8 @@ struct FaultySink {
     store: Arc<MemoryStore>,
     script: Mutex<VecDeque<Fault>>,
     otherwise: Fault,
-    /// The size of every batch it was called with, in call order.
-    calls: Mutex<Vec<usize>>,
+    /// The request IDs of every batch it was called with, in call order.
+    calls: Mutex<Vec<Vec<String>>>,
 }
 
 impl FaultySink {
@@ -53,7 +53,12 @@ impl FaultySink {
         Arc::new(Self { store, script: Mutex::new(script.into()), otherwise, calls: Mutex::new(Vec::new()) })
     }
 
+    /// The size of every batch it was called with, in call order.
     fn calls(&self) -> Vec<usize> {
+        self.calls.lock().unwrap().iter().map(Vec::len).collect()
+    }
+
+    fn batches(&self) -> Vec<Vec<String>> {
         self.calls.lock().unwrap().clone()
     }
 }
@@ -61,7 +66,7 @@ impl FaultySink {
 #[async_trait]
 impl UsageSink for FaultySink {
     async fn ingest(&self, batch: Vec<UsageEvent>, now: Timestamp) -> Result<Vec<EventOutcome>, IngestError> {
-        self.calls.lock().unwrap().push(batch.len());
+        self.calls.lock().unwrap().push(batch.iter().map(|event| event.request_id.clone()).collect());
         let fault = self.script.lock().unwrap().pop_front().unwrap_or_else(|| self.otherwise.clone());
         match fault {
             Fault::Pass => self.store.ingest(batch, now).await,
@@ -105,6 +110,14 @@ impl Ledger {
         }
     }
 
+    /// A second account with credit and a credential on the same store.
+    async fn other_tenant(&self, account_id: &str) -> Tenant {
+        self.store.create_account(account_id).await.unwrap();
+        self.store.credit(account_id, "credit-1", 1_000_000).await.unwrap();
+        let credential = self.store.issue_credential(account_id, "gateway", Timestamp::now()).await.unwrap();
+        Tenant { account_id: account_id.to_owned(), credential_id: credential.credential.credential_id }
+    }
+
     /// A usage event against the lease; `units` of it.
     fn leased(&self, request_id: &str, units: u64) -> UsageEvent {
         self.tenant.leased(request_id, units, &self.lease_id, self.fencing_token)
@@ -141,6 +154,7 @@ fn config(batch_events_max: usize, attempts_max: u32) -> WriterConfig {
             backoff_max: Duration::from_secs(1),
             attempts_max,
         },
+        ..WriterConfig::default()
     }
 }
 
@@ -373,7 +387,7 @@ async fn a_lost_answer_is_not_double_billed() {
     // Billed once: 18 units, not 36.
     assert_eq!(ledger.billed().await, 18);
     ledger.assert_billed_exactly(&stats).await;
-    let lease = ledger.store.lease(&ledger.lease_id).await.unwrap();
+    let lease = ledger.store.lease(&ledger.tenant.account_id, &ledger.lease_id).await.unwrap();
     assert_eq!(lease.used, 7);
 }
 
@@ -463,6 +477,38 @@ async fn batches_leave_by_size_at_once_and_by_age_after_batch_age_max() {
     assert_accounted(&stats);
     assert_eq!(stats.accepted, tally(25, 25));
     assert_eq!(stats.batches, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn batches_grouped_by_account_hold_one_account_each_and_keep_its_order() {
+    let ledger = Ledger::new().await;
+    let other = ledger.other_tenant("acct-2").await;
+    let sink = FaultySink::new(ledger.store.clone(), vec![], Fault::Pass);
+    let config = WriterConfig { batch_grouping: BatchGrouping::ByAccount, ..config(2, 3) };
+    let writer = UsageWriter::spawn(sink.clone(), config).unwrap();
+    // Interleaved accounts; `batch_events_max` is 2, so the first full batch
+    // leaves as soon as two events are queued.
+    writer.record(ledger.overage("a0", 1)).unwrap();
+    writer.record(other.overage("b0", 10)).unwrap();
+    writer.record(ledger.overage("a1", 1)).unwrap();
+    writer.record(ledger.overage("a2", 1)).unwrap();
+    writer.record(other.overage("b1", 10)).unwrap();
+    let stats = writer.flush().await.unwrap();
+    let batches = sink.batches();
+    for batch in &batches {
+        let accounts: std::collections::BTreeSet<char> = batch.iter().filter_map(|id| id.chars().next()).collect();
+        assert_eq!(accounts.len(), 1, "a batch spans accounts: {batches:?}");
+    }
+    let order = |prefix: char| -> Vec<String> {
+        batches.iter().flatten().filter(|id| id.starts_with(prefix)).cloned().collect()
+    };
+    assert_eq!(order('a'), ["a0", "a1", "a2"], "{batches:?}");
+    assert_eq!(order('b'), ["b0", "b1"], "{batches:?}");
+    assert_eq!(batches.first().map(Vec::as_slice), Some(["a0".to_owned(), "a1".to_owned()].as_slice()));
+    assert_accounted(&stats);
+    assert_eq!(stats.accepted, tally(5, 23));
+    assert_eq!(ledger.billed().await, 3);
+    assert_eq!(u128::from(ledger.store.account("acct-2").await.unwrap().account.billed), 20);
 }
 
 #[tokio::test(start_paused = true)]

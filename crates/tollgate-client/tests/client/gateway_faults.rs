@@ -116,7 +116,8 @@ impl Rig {
     /// the consolidation sent through the proxy has been applied.
     async fn wait_settled(&self, lease_id: &str) {
         for _ in 0..600 {
-            if self.server.gateway().lease(lease_id).await.unwrap().state != "active" {
+            let lease = self.server.gateway().lease(&self.tenant.account_id, lease_id).await.unwrap();
+            if lease.state != "active" {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;

@@ -64,8 +64,8 @@ async fn server_killed_mid_stream_and_restarted_on_the_same_database() {
     assert_eq!(stats.delivered_units(), stats.recorded.units);
     let admin = restarted.admin();
     assert_ledger(&admin, &tenant.account_id, &stats).await;
-    assert_eq!(admin.lease(&lease.lease_id).await.unwrap().used, leased_units);
-    let activity = admin.credential(&tenant.credential_id).await.unwrap().activity;
+    assert_eq!(admin.lease(&lease.account_id, &lease.lease_id).await.unwrap().used, leased_units);
+    let activity = admin.credential(&tenant.account_id, &tenant.credential_id).await.unwrap().activity;
     assert_eq!((activity.accepted_events, u128::from(activity.accepted_units)), (100, stats.recorded.units));
 
     let stats = writer.shutdown(Duration::from_secs(10)).await.unwrap();

@@ -77,13 +77,17 @@ async fn a_lost_answer_is_retried_under_its_key_and_applies_once() {
     assert_eq!(proxy.connections(), 2, "one lost answer, one retry");
     let account = admin.account("acct-retry").await.unwrap();
     assert_eq!((account.available, account.reserved, account.active_leases), (90, 10, 1), "one lease granted");
-    assert_eq!(server.gateway().lease(&lease.lease_id).await.unwrap().fencing_token, lease.fencing_token);
+    assert_eq!(
+        server.gateway().lease(&lease.account_id, &lease.lease_id).await.unwrap().fencing_token,
+        lease.fencing_token
+    );
 
     // A release whose answer is lost is answered on retry, not refused as
     // `lease_not_active`.
     let proxy = LosingProxy::start(server.address, 1).await;
     let capability = lease.capability.as_deref().expect("a capability");
-    let released = proxy.client(4).release(&lease.lease_id, capability).await.expect("the retry answers");
+    let released =
+        proxy.client(4).release(&lease.account_id, &lease.lease_id, capability).await.expect("the retry answers");
     assert_eq!((released.returned, proxy.connections()), (10, 2));
     let account = admin.account("acct-retry").await.unwrap();
     assert_eq!((account.available, account.reserved, account.active_leases), (100, 0, 0));

@@ -63,8 +63,9 @@ async fn every_route_answers_with_its_typed_body_or_typed_error() {
     assert!(!issued.key.is_empty());
     assert_eq!((issued.credential.label.as_str(), issued.credential.activity.accepted_events), ("edge", 0));
     let credential_id = issued.credential.credential_id.clone();
-    assert_eq!(admin.credential(&credential_id).await.unwrap(), issued.credential);
-    assert_eq!(failure(gateway.credential(&credential_id).await), api(403, "forbidden"));
+    assert_eq!(admin.credential("acct-routes", &credential_id).await.unwrap(), issued.credential);
+    assert_eq!(failure(gateway.credential("acct-routes", &credential_id).await), api(403, "forbidden"));
+    assert_eq!(failure(admin.credential("nobody", &credential_id).await), api(404, "credential_not_found"));
     let verified = gateway.verify_credential(&issued.key).await.unwrap();
     assert!(verified.valid);
     assert_eq!(verified.credential_id.as_deref(), Some(credential_id.as_str()));
@@ -77,12 +78,12 @@ async fn every_route_answers_with_its_typed_body_or_typed_error() {
     let capability = lease.capability.clone().expect("acquire shows the capability");
     assert_eq!((lease.granted, lease.used, lease.fencing_token, lease.state.as_str()), (40, 0, 1, "active"));
     assert!(!lease.expiry_is_upper_bound);
-    let read = gateway.lease(&lease.lease_id).await.unwrap();
+    let read = gateway.lease(&lease.account_id, &lease.lease_id).await.unwrap();
     assert_eq!(read.capability, None, "reads never show the capability");
     assert_eq!(read, tollgate_api::LeaseBody { capability: None, ..lease.clone() });
     assert_eq!(failure(gateway.acquire("acct-routes", 1_000, LEASE_TTL).await), api(409, "insufficient_balance"));
     assert_eq!(failure(gateway.acquire("acct-routes", 0, LEASE_TTL).await), api(400, "invalid_units"));
-    assert_eq!(failure(gateway.lease("no-such-lease").await), api(404, "lease_not_found"));
+    assert_eq!(failure(gateway.lease("acct-routes", "no-such-lease").await), api(404, "lease_not_found"));
 
     // Usage, in input order, with a duplicate inside the batch.
     let tenant = Tenant { account_id: "acct-routes".into(), credential_id: credential_id.clone() };
@@ -111,7 +112,7 @@ async fn every_route_answers_with_its_typed_body_or_typed_error() {
     assert_eq!((consolidated.lease.granted, consolidated.lease.fencing_token), (50, 2));
     let settlement = &consolidated.settlements[0];
     assert_eq!((settlement.charged, settlement.returned, settlement.excess), (10, 30, 0));
-    assert_eq!(gateway.lease(&lease.lease_id).await.unwrap().state, "consolidated");
+    assert_eq!(gateway.lease(&lease.account_id, &lease.lease_id).await.unwrap().state, "consolidated");
     assert_eq!(
         failure(gateway.consolidate("acct-routes", vec![handle], 0, LEASE_TTL).await),
         api(409, "lease_not_active")
@@ -120,12 +121,18 @@ async fn every_route_answers_with_its_typed_body_or_typed_error() {
     // Release hands everything back.
     let new_lease = consolidated.lease;
     let new_capability = new_lease.capability.clone().unwrap();
-    assert_eq!(failure(gateway.release(&new_lease.lease_id, "tgl_wrong").await), api(409, "capability_mismatch"));
-    let released = gateway.release(&new_lease.lease_id, &new_capability).await.unwrap();
+    assert_eq!(
+        failure(gateway.release(&new_lease.account_id, &new_lease.lease_id, "tgl_wrong").await),
+        api(409, "capability_mismatch")
+    );
+    let released = gateway.release(&new_lease.account_id, &new_lease.lease_id, &new_capability).await.unwrap();
     assert_eq!((released.charged, released.returned, released.excess), (0, 50, 0));
     assert_eq!(released.lease.state, "released");
-    assert_eq!(failure(gateway.release(&new_lease.lease_id, &new_capability).await), api(409, "lease_not_active"));
-    assert_eq!(failure(gateway.release("no-such-lease", "x").await), api(404, "lease_not_found"));
+    assert_eq!(
+        failure(gateway.release(&new_lease.account_id, &new_lease.lease_id, &new_capability).await),
+        api(409, "lease_not_active")
+    );
+    assert_eq!(failure(gateway.release("acct-routes", "no-such-lease", "x").await), api(404, "lease_not_found"));
 
     // The ledger after all of it.
     let account = gateway.account("acct-routes").await.unwrap();
@@ -134,15 +141,19 @@ async fn every_route_answers_with_its_typed_body_or_typed_error() {
         (100, 90, 0, 10, 5, 15)
     );
     assert_eq!((account.next_fence, account.active_leases), (3, 0));
-    let activity = admin.credential(&credential_id).await.unwrap().activity;
+    let activity = admin.credential("acct-routes", &credential_id).await.unwrap().activity;
     assert_eq!((activity.accepted_events, activity.accepted_units), (2, 15));
 
     // Revocation.
-    let revoked = admin.revoke_credential(&credential_id).await.unwrap();
+    assert_eq!(failure(admin.revoke_credential("nobody", &credential_id).await), api(404, "credential_not_found"));
+    let revoked = admin.revoke_credential("acct-routes", &credential_id).await.unwrap();
     assert!(revoked.revoked_at.is_some());
     let verified = gateway.verify_credential(&issued.key).await.unwrap();
     assert_eq!((verified.valid, verified.reason.as_deref()), (false, Some("credential_revoked")));
-    assert_eq!(failure(admin.revoke_credential("no-such-credential").await), api(404, "credential_not_found"));
+    assert_eq!(
+        failure(admin.revoke_credential("acct-routes", "no-such-credential").await),
+        api(404, "credential_not_found")
+    );
 
     // Admin routes.
     let reclaimed = admin.reclaim().await.unwrap();

@@ -90,6 +90,7 @@ pub(crate) fn writer_config(batch_events_max: usize) -> WriterConfig {
             backoff_max: Duration::from_millis(500),
             attempts_max: 400,
         },
+        ..WriterConfig::default()
     }
 }
 

@@ -39,8 +39,8 @@ async fn normal_flow_every_event_accepted_and_billed_exactly_once() {
     assert_eq!(u64::from(sink.calls()), stats.attempts);
     assert_eq!(stats.batches, 13, "200 events in batches of at most 16");
     assert_ledger(&admin, &tenant.account_id, &stats).await;
-    assert_eq!(admin.lease(&lease.lease_id).await.unwrap().used, leased_units);
-    let activity = admin.credential(&tenant.credential_id).await.unwrap().activity;
+    assert_eq!(admin.lease(&lease.account_id, &lease.lease_id).await.unwrap().used, leased_units);
+    let activity = admin.credential(&tenant.account_id, &tenant.credential_id).await.unwrap().activity;
     assert_eq!((u128::from(activity.accepted_units), activity.accepted_events), (stats.accepted.units, 200));
 }
 

@@ -21,6 +21,7 @@ fn config() -> WriterConfig {
             backoff_max: Duration::from_millis(20),
             attempts_max: 3,
         },
+        ..WriterConfig::default()
     }
 }
 

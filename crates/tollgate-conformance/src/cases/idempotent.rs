@@ -68,15 +68,19 @@ pub async fn keyed_release_and_consolidate_replay_without_settling_twice<F: Stor
     let c = s.acquire("acct", 30, secs(30), ts(T0)).await.unwrap();
     let k = key("release-key-0001");
 
-    let released = s.release_idempotent(Some(&k), &a.lease.lease_id, a.capability.expose(), ts(T0 + 1)).await.unwrap();
+    let released = s
+        .release_idempotent(Some(&k), &a.lease.account_id, &a.lease.lease_id, a.capability.expose(), ts(T0 + 1))
+        .await
+        .unwrap();
     assert_eq!(released.lease.state, LeaseState::Released);
     let after_release =
         Ledger { credited: 100, available: 50, reserved: 50, next_fence: 4, active_leases: 2, ..Ledger::default() };
     assert_ledger(&s, "acct", after_release).await;
     // Unkeyed, a second release is refused; keyed, it is the first answer.
-    let retry = s.release_idempotent(Some(&k), &a.lease.lease_id, a.capability.expose(), ts(T0 + 2)).await;
+    let retry =
+        s.release_idempotent(Some(&k), &a.lease.account_id, &a.lease.lease_id, a.capability.expose(), ts(T0 + 2)).await;
     assert_eq!(retry.unwrap(), released);
-    let reused = s.release_idempotent(Some(&k), &a.lease.lease_id, "tgc_other", ts(T0 + 2)).await;
+    let reused = s.release_idempotent(Some(&k), &a.lease.account_id, &a.lease.lease_id, "tgc_other", ts(T0 + 2)).await;
     assert_eq!(reused.unwrap_err(), Error::IdempotencyKeyReused);
     assert_ledger(&s, "acct", after_release).await;
 
@@ -107,14 +111,14 @@ pub async fn keyed_credential_issue_and_revoke_replay<F: StoreFactory>(f: &F) {
 
     let id = &issued.credential.credential_id;
     let k = key("revoke-key-0001");
-    let revoked = s.revoke_credential_idempotent(Some(&k), id, ts(T0 + 10)).await.unwrap();
+    let revoked = s.revoke_credential_idempotent(Some(&k), "acct", id, ts(T0 + 10)).await.unwrap();
     assert_eq!(revoked.revoked_at, Some(ts(T0 + 10)));
-    let retry = s.revoke_credential_idempotent(Some(&k), id, ts(T0 + 20)).await.unwrap();
+    let retry = s.revoke_credential_idempotent(Some(&k), "acct", id, ts(T0 + 20)).await.unwrap();
     assert_eq!(retry, revoked);
-    assert_eq!(s.credential(id).await.unwrap(), revoked);
+    assert_eq!(s.credential("acct", id).await.unwrap(), revoked);
     // The same key on another credential is another scope.
     let second = s.issue_credential("acct", "second", ts(T0)).await.unwrap();
-    let other = s.revoke_credential_idempotent(Some(&k), &second.credential.credential_id, ts(T0 + 30)).await;
+    let other = s.revoke_credential_idempotent(Some(&k), "acct", &second.credential.credential_id, ts(T0 + 30)).await;
     assert_eq!(other.unwrap().revoked_at, Some(ts(T0 + 30)));
 }
 
@@ -132,9 +136,9 @@ pub async fn refused_keyed_requests_record_nothing<F: StoreFactory>(f: &F) {
     let once =
         Ledger { credited: 10, available: 0, reserved: 10, next_fence: 2, active_leases: 1, ..Ledger::default() };
     assert_ledger(&s, "acct", once).await;
-    let missing = s.revoke_credential_idempotent(Some(&k), "cred_missing", ts(T0)).await;
+    let missing = s.revoke_credential_idempotent(Some(&k), "acct", "cred_missing", ts(T0)).await;
     assert_eq!(missing.unwrap_err(), Error::CredentialNotFound);
-    let missing = s.release_idempotent(Some(&k), "lse_missing", "tgc_any", ts(T0)).await;
+    let missing = s.release_idempotent(Some(&k), "acct", "lse_missing", "tgc_any", ts(T0)).await;
     assert_eq!(missing.unwrap_err(), Error::LeaseNotFound);
     let missing = s.acquire_idempotent(Some(&k), "nobody", 1, secs(30), ts(T0)).await;
     assert_eq!(missing.unwrap_err(), Error::AccountNotFound);

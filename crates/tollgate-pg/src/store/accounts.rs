@@ -92,12 +92,16 @@ impl Engine {
         Ok(view_of(row.account.decode()?, row.active_leases.unsigned_abs()))
     }
 
-    pub(super) async fn read_lease(&self, lease_id: &str) -> Result<Lease, Error> {
-        if !storable(lease_id) {
+    pub(super) async fn read_lease(&self, account_id: &str, lease_id: &str) -> Result<Lease, Error> {
+        if !storable(account_id) || !storable(lease_id) {
             return Err(Error::LeaseNotFound);
         }
-        let row: Option<LeaseRow> =
-            sqlx::query_as(READ_LEASE_SQL).bind(lease_id).fetch_optional(&self.pool).await.map_err(storage_error)?;
+        let row: Option<LeaseRow> = sqlx::query_as(READ_LEASE_SQL)
+            .bind(account_id)
+            .bind(lease_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(storage_error)?;
         Ok(row.ok_or(Error::LeaseNotFound)?.decode()?.lease)
     }
 }

@@ -154,14 +154,16 @@ impl Store for PostgresStore {
     async fn release_idempotent(
         &self,
         idempotency: Option<&Idempotency>,
+        account_id: &str,
         lease_id: &str,
         capability: &str,
         now: Timestamp,
     ) -> Result<Released, Error> {
-        let (idempotency, lease_id, capability) = (idempotency.cloned(), lease_id.to_owned(), capability.to_owned());
-        self.complete(
-            move |e| async move { e.release_idempotent(idempotency.as_ref(), &lease_id, &capability, now).await },
-        )
+        let idempotency = idempotency.cloned();
+        let (account_id, lease_id, capability) = (account_id.to_owned(), lease_id.to_owned(), capability.to_owned());
+        self.complete(move |e| async move {
+            e.release_idempotent(idempotency.as_ref(), &account_id, &lease_id, &capability, now).await
+        })
         .await
     }
 
@@ -207,12 +209,14 @@ impl Store for PostgresStore {
     async fn revoke_credential_idempotent(
         &self,
         idempotency: Option<&Idempotency>,
+        account_id: &str,
         credential_id: &str,
         now: Timestamp,
     ) -> Result<Credential, Error> {
-        let (idempotency, credential_id) = (idempotency.cloned(), credential_id.to_owned());
+        let (idempotency, account_id, credential_id) =
+            (idempotency.cloned(), account_id.to_owned(), credential_id.to_owned());
         self.complete(move |e| async move {
-            e.revoke_credential_idempotent(idempotency.as_ref(), &credential_id, now).await
+            e.revoke_credential_idempotent(idempotency.as_ref(), &account_id, &credential_id, now).await
         })
         .await
     }
@@ -226,14 +230,14 @@ impl Store for PostgresStore {
         self.complete(move |e| async move { e.account(&account_id).await }).await
     }
 
-    async fn lease(&self, lease_id: &str) -> Result<Lease, Error> {
-        let lease_id = lease_id.to_owned();
-        self.complete(move |e| async move { e.lease(&lease_id).await }).await
+    async fn lease(&self, account_id: &str, lease_id: &str) -> Result<Lease, Error> {
+        let (account_id, lease_id) = (account_id.to_owned(), lease_id.to_owned());
+        self.complete(move |e| async move { e.lease(&account_id, &lease_id).await }).await
     }
 
-    async fn credential(&self, credential_id: &str) -> Result<Credential, Error> {
-        let credential_id = credential_id.to_owned();
-        self.complete(move |e| async move { e.credential(&credential_id).await }).await
+    async fn credential(&self, account_id: &str, credential_id: &str) -> Result<Credential, Error> {
+        let (account_id, credential_id) = (account_id.to_owned(), credential_id.to_owned());
+        self.complete(move |e| async move { e.credential(&account_id, &credential_id).await }).await
     }
 
     async fn check(&self) -> Result<CheckReport, Error> {

@@ -3,7 +3,7 @@
 use jiff::Timestamp;
 use sqlx::PgConnection;
 use tollgate_core::ids::validate_label;
-use tollgate_core::{Credential, Error, InstantPair, SecretHash};
+use tollgate_core::{Credential, Error, InstantPair, KeyRoute, SecretHash, route_credential_key};
 use tollgate_store::{Idempotency, IssuedCredential, Request, Verification, new_credential_id, new_credential_key};
 
 use super::Engine;
@@ -11,7 +11,8 @@ use super::errors::{storable, storage_error};
 use super::load::finish;
 use super::rows::CredentialRow;
 use super::sql::{
-    CREDENTIAL_BY_KEY_SQL, INSERT_CREDENTIAL_SQL, LOCK_CREDENTIAL_SQL, READ_CREDENTIAL_SQL, REVOKE_CREDENTIAL_SQL,
+    CREDENTIAL_BY_KEY_SQL, INSERT_CREDENTIAL_SQL, LEGACY_KEY_ACCOUNT_SQL, LOCK_CREDENTIAL_SQL, READ_CREDENTIAL_SQL,
+    REVOKE_CREDENTIAL_SQL,
 };
 
 pub(super) async fn insert_credential(
@@ -20,7 +21,7 @@ pub(super) async fn insert_credential(
     label: &str,
     now: Timestamp,
 ) -> Result<IssuedCredential, Error> {
-    let key = new_credential_key();
+    let key = new_credential_key(account_id);
     let credential = Credential::issued(new_credential_id(), account_id.to_owned(), label.to_owned(), now);
     let created = InstantPair::encode(now);
     let inserted = sqlx::query(INSERT_CREDENTIAL_SQL)
@@ -43,10 +44,12 @@ pub(super) async fn insert_credential(
 /// revocation time.
 pub(super) async fn revoke_locked(
     conn: &mut PgConnection,
+    account_id: &str,
     credential_id: &str,
     now: Timestamp,
 ) -> Result<Credential, Error> {
     let row: Option<CredentialRow> = sqlx::query_as(LOCK_CREDENTIAL_SQL)
+        .bind(account_id)
         .bind(credential_id)
         .fetch_optional(&mut *conn)
         .await
@@ -55,6 +58,7 @@ pub(super) async fn revoke_locked(
     credential.revoke(now);
     let revoked = credential.revoked_at.map(InstantPair::encode);
     sqlx::query(REVOKE_CREDENTIAL_SQL)
+        .bind(account_id)
         .bind(credential_id)
         .bind(revoked.map(|p| p.floor_us))
         .bind(revoked.map(|p| p.submicro_ns))
@@ -89,9 +93,30 @@ impl Engine {
         operation(&mut conn).await
     }
 
+    /// Looks the key up under the account it names: one statement, on one
+    /// account. A key in the legacy form (issued before keys named their
+    /// account) finds its account in the directory migration 0020 filled,
+    /// then its credential on that account: two statements, each on one key
+    /// or one account. A malformed key runs none.
     pub(super) async fn verify(&self, key: &str) -> Result<Verification, Error> {
         let hash = SecretHash::of(key);
+        let account_id = match route_credential_key(key) {
+            KeyRoute::Account(account_id) if storable(account_id) => account_id.to_owned(),
+            KeyRoute::Legacy => {
+                let account: Option<String> = sqlx::query_scalar(LEGACY_KEY_ACCOUNT_SQL)
+                    .bind(hash.as_bytes().to_vec())
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(storage_error)?;
+                match account {
+                    Some(account_id) => account_id,
+                    None => return Ok(Verification::of(None)),
+                }
+            }
+            KeyRoute::Account(_) | KeyRoute::Malformed => return Ok(Verification::of(None)),
+        };
         let row: Option<CredentialRow> = sqlx::query_as(CREDENTIAL_BY_KEY_SQL)
+            .bind(&account_id)
             .bind(hash.as_bytes().to_vec())
             .fetch_optional(&self.pool)
             .await
@@ -103,15 +128,16 @@ impl Engine {
     pub(super) async fn revoke(
         &self,
         idempotency: Option<&Idempotency>,
+        account_id: &str,
         credential_id: &str,
         now: Timestamp,
     ) -> Result<Credential, Error> {
-        if !storable(credential_id) {
+        if !storable(account_id) || !storable(credential_id) {
             return Err(Error::CredentialNotFound);
         }
-        let operation = async |conn: &mut PgConnection| revoke_locked(conn, credential_id, now).await;
+        let operation = async |conn: &mut PgConnection| revoke_locked(conn, account_id, credential_id, now).await;
         if let Some(idempotency) = idempotency {
-            let request = Request::RevokeCredential { credential_id };
+            let request = Request::RevokeCredential { account_id, credential_id };
             return self.keyed(idempotency, request, now, operation).await;
         }
         let mut tx = self.begin().await?;
@@ -119,11 +145,12 @@ impl Engine {
         finish(tx, result).await
     }
 
-    pub(super) async fn read_credential(&self, credential_id: &str) -> Result<Credential, Error> {
-        if !storable(credential_id) {
+    pub(super) async fn read_credential(&self, account_id: &str, credential_id: &str) -> Result<Credential, Error> {
+        if !storable(account_id) || !storable(credential_id) {
             return Err(Error::CredentialNotFound);
         }
         let row: Option<CredentialRow> = sqlx::query_as(READ_CREDENTIAL_SQL)
+            .bind(account_id)
             .bind(credential_id)
             .fetch_optional(&self.pool)
             .await

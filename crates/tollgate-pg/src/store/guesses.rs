@@ -64,10 +64,12 @@ impl Guesses {
         locked(&self.accounts).get(account_id).cloned()
     }
 
-    /// A lease with its capability hash, and its account.
-    pub(super) fn held(&self, lease_id: &str) -> Option<(Account, LeaseRecord)> {
-        let (lease, capability) = locked(&self.leases).get(lease_id).cloned()?;
-        let account = self.account(&lease.account_id)?;
+    /// The lease `lease_id` of `account_id` with its capability hash, and its
+    /// account; nothing for a lease of another account.
+    pub(super) fn held(&self, account_id: &str, lease_id: &str) -> Option<(Account, LeaseRecord)> {
+        let (lease, capability) =
+            locked(&self.leases).get(lease_id).filter(|(l, _)| l.account_id == account_id).cloned()?;
+        let account = self.account(account_id)?;
         Some((account, LeaseRecord { lease, capability }))
     }
 

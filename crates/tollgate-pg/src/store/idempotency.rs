@@ -21,9 +21,7 @@ use tollgate_store::{Claim, IDEMPOTENCY_PURGE_BATCH_MAX, Idempotency, Replayable
 use super::Engine;
 use super::errors::{storable, storage_error};
 use super::load::finish;
-use super::sql::{
-    CLAIM_KEY_SQL, CREDENTIAL_ACCOUNT_SQL, LEASE_ACCOUNT_SQL, PURGE_KEYS_SQL, RECORD_KEY_SQL, RECORDED_KEY_SQL,
-};
+use super::sql::{CLAIM_KEY_SQL, PURGE_KEYS_SQL, RECORD_KEY_SQL, RECORDED_KEY_SQL};
 
 #[derive(FromRow)]
 struct RecordedRow {
@@ -42,7 +40,7 @@ impl Engine {
         now: Timestamp,
         operation: impl AsyncFnOnce(&mut PgConnection) -> Result<T, Error>,
     ) -> Result<T, Error> {
-        let account_id = self.account_of(&request).await?;
+        let account_id = Self::account_of(&request)?.to_owned();
         let claim = Claim::new(idempotency, &request, now);
         let mut tx = self.begin().await?;
         let result = async {
@@ -69,24 +67,19 @@ impl Engine {
         finish(tx, result).await
     }
 
-    /// The account the request's resource belongs to, which the record is
-    /// stored under. A lease's or credential's account never changes, so a
-    /// plain read suffices; a missing one is the operation's own refusal.
-    async fn account_of(&self, request: &Request<'_>) -> Result<String, Error> {
-        let (sql, missing) = match request {
+    /// The account the request names, which the record is stored under: a
+    /// lease or a credential is named with its account, so no read is needed.
+    /// One that PostgreSQL cannot store is the operation's own refusal.
+    fn account_of<'r>(request: &'r Request<'_>) -> Result<&'r str, Error> {
+        let missing = match request {
             Request::Acquire { .. } | Request::Consolidate { .. } | Request::IssueCredential { .. } => {
-                let account_id = request.resource();
-                return if storable(account_id) { Ok(account_id.to_owned()) } else { Err(Error::AccountNotFound) };
+                Error::AccountNotFound
             }
-            Request::Release { .. } => (LEASE_ACCOUNT_SQL, Error::LeaseNotFound),
-            Request::RevokeCredential { .. } => (CREDENTIAL_ACCOUNT_SQL, Error::CredentialNotFound),
+            Request::Release { .. } => Error::LeaseNotFound,
+            Request::RevokeCredential { .. } => Error::CredentialNotFound,
         };
-        if !storable(request.resource()) {
-            return Err(missing);
-        }
-        let account: Option<String> =
-            sqlx::query_scalar(sql).bind(request.resource()).fetch_optional(&self.pool).await.map_err(storage_error)?;
-        account.ok_or(missing)
+        let account_id = request.account_id();
+        if storable(account_id) && storable(request.resource()) { Ok(account_id) } else { Err(missing) }
     }
 
     pub(super) async fn purge_expired_keys(&self, now: Timestamp, limit: u32) -> Result<u32, Error> {

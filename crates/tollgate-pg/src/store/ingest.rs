@@ -13,7 +13,7 @@ use super::errors::{ingest_error, storage_error};
 use super::load::{Busy, lock_accounts, lock_leases, rollback, sorted_ids};
 use super::persist::{Changes, persist};
 use super::rows::CredentialRow;
-use super::sql::{LOCK_CREDENTIALS_SQL, RECORDED_EVENTS_SQL};
+use super::sql::{LOCK_CREDENTIALS_SQL, READ_CREDENTIALS_ANY_ACCOUNT_SQL, RECORDED_EVENTS_SQL};
 use super::{DOMAIN, Engine};
 
 impl Engine {
@@ -58,8 +58,9 @@ impl Engine {
 }
 
 /// Locks and reads what a batch names: its accounts, then those of its leases
-/// that belong to them, then its credentials, and the request ids of these
-/// accounts already accepted.
+/// and of its credentials that belong to them, and the request ids of these
+/// accounts already accepted. A credential of no account of the batch is read
+/// without a lock, to tell a credential of another account from an unknown one.
 async fn load_snapshot(conn: &mut PgConnection, batch: &[UsageEvent]) -> Result<UsageSnapshot, Error> {
     let account_ids = sorted_ids(batch.iter().map(|e| e.account_id.as_str()));
     let lease_ids = sorted_ids(batch.iter().filter_map(|e| e.lease_id.as_deref()));
@@ -70,19 +71,36 @@ async fn load_snapshot(conn: &mut PgConnection, batch: &[UsageEvent]) -> Result<
         accounts: lock_accounts(conn, &account_ids, Busy::Wait).await?.into_iter().collect(),
         ..UsageSnapshot::default()
     };
+    let locked: Vec<String> = snapshot.accounts.keys().cloned().collect();
     if !lease_ids.is_empty() {
-        let locked: Vec<String> = snapshot.accounts.keys().cloned().collect();
         snapshot.leases =
             lock_leases(conn, &lease_ids, &locked).await?.into_iter().map(|(id, record)| (id, record.lease)).collect();
     }
     let credentials: Vec<CredentialRow> = sqlx::query_as(LOCK_CREDENTIALS_SQL)
         .bind(&credential_ids)
+        .bind(&locked)
         .fetch_all(&mut *conn)
         .await
         .map_err(storage_error)?;
     for row in credentials {
         let record = row.decode()?;
         snapshot.credentials.insert(record.credential.credential_id.clone(), record.credential);
+    }
+    // A credential none of the batch's accounts holds is read, unlocked, only
+    // to reject its events as naming another account's credential; nothing of
+    // it is written, and its account never changes.
+    let elsewhere: Vec<String> =
+        credential_ids.iter().filter(|id| !snapshot.credentials.contains_key(*id)).cloned().collect();
+    if !elsewhere.is_empty() {
+        let credentials: Vec<CredentialRow> = sqlx::query_as(READ_CREDENTIALS_ANY_ACCOUNT_SQL)
+            .bind(&elsewhere)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(storage_error)?;
+        for row in credentials {
+            let record = row.decode()?;
+            snapshot.credentials.insert(record.credential.credential_id.clone(), record.credential);
+        }
     }
     // Read after the account locks, so no accepted ID of these accounts can
     // be missing from this statement's snapshot.

@@ -9,7 +9,7 @@ use tollgate_core::{Account, Error, Lease};
 use super::errors::{storable, storage_error};
 use super::rows::{AccountRow, HeldLeaseRow, LeaseRecord, LeaseRow};
 use super::sql::{
-    LOCK_ACCOUNT_SQL, LOCK_ACCOUNTS_SKIP_LOCKED_SQL, LOCK_ACCOUNTS_SQL, LOCK_LEASES_SQL, READ_LEASES_SQL,
+    LOCK_ACCOUNT_LEASES_SQL, LOCK_ACCOUNT_SQL, LOCK_ACCOUNTS_SKIP_LOCKED_SQL, LOCK_ACCOUNTS_SQL, LOCK_LEASES_SQL,
 };
 use super::tx::Tx;
 
@@ -33,14 +33,16 @@ pub(super) async fn lock_account(conn: &mut PgConnection, account_id: &str) -> R
 }
 
 /// Loads a lease and its account with `sql`, a read of `sql::held_lease_select!` by
-/// `lease_id` ($1) that may lock both.
+/// `account_id` ($1) and `lease_id` ($2) that may lock both. A lease of another
+/// account is not found.
 pub(super) async fn load_held(
     conn: &mut PgConnection,
     sql: &'static str,
+    account_id: &str,
     lease_id: &str,
 ) -> Result<(Account, LeaseRecord), Error> {
     let row: Option<HeldLeaseRow> =
-        sqlx::query_as(sql).bind(lease_id).fetch_optional(&mut *conn).await.map_err(storage_error)?;
+        sqlx::query_as(sql).bind(account_id).bind(lease_id).fetch_optional(&mut *conn).await.map_err(storage_error)?;
     let row = row.ok_or(Error::LeaseNotFound)?;
     Ok((row.account.decode()?, row.lease.decode()?))
 }
@@ -94,15 +96,21 @@ pub(super) async fn lock_leases(
     rows.into_iter().map(|row| row.decode().map(|record| (record.lease.lease_id.clone(), record))).collect()
 }
 
-/// Reads leases without locking them: for leases of other accounts, which the
-/// core only refuses, on columns (`account_id`, the capability hash) that
-/// never change.
-pub(super) async fn read_leases(
+/// Locks, in `lease_id` order, the leases among `lease_ids` of `account_id`,
+/// whose row the caller has locked already. A lease of another account is
+/// neither locked nor returned, so the caller finds it as it finds an
+/// unknown lease.
+pub(super) async fn lock_account_leases(
     conn: &mut PgConnection,
+    account_id: &str,
     lease_ids: &[String],
 ) -> Result<HashMap<String, LeaseRecord>, Error> {
-    let rows: Vec<LeaseRow> =
-        sqlx::query_as(READ_LEASES_SQL).bind(lease_ids).fetch_all(&mut *conn).await.map_err(storage_error)?;
+    let rows: Vec<LeaseRow> = sqlx::query_as(LOCK_ACCOUNT_LEASES_SQL)
+        .bind(account_id)
+        .bind(lease_ids)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(storage_error)?;
     rows.into_iter().map(|row| row.decode().map(|record| (record.lease.lease_id.clone(), record))).collect()
 }
 

@@ -15,7 +15,7 @@ use tollgate_store::{
 };
 
 use super::errors::storage_error;
-use super::load::{Busy, held, load_held, lock_account, lock_account_rows, lock_leases, read_leases, sorted_ids};
+use super::load::{Busy, held, load_held, lock_account, lock_account_leases, lock_account_rows, sorted_ids};
 use super::persist::{Changes, persist};
 use super::rows::LeaseRow;
 use super::sql::{LOCK_DUE_SQL, LOCK_HELD_LEASE_SQL};
@@ -56,11 +56,12 @@ impl Engine {
     pub(super) async fn release_locked(
         &self,
         conn: &mut PgConnection,
+        account_id: &str,
         lease_id: &str,
         capability: &str,
         now: Timestamp,
     ) -> Result<Released, Error> {
-        let (mut account, record) = load_held(conn, LOCK_HELD_LEASE_SQL, lease_id).await?;
+        let (mut account, record) = load_held(conn, LOCK_HELD_LEASE_SQL, account_id, lease_id).await?;
         let mut lease = held(Some(&record), capability)?;
         let settlement = ledger::release(&mut account, &mut lease, now, &self.policy, DOMAIN)?;
         let changes = Changes { accounts: vec![account], leases: vec![lease.clone()], ..Changes::default() };
@@ -79,13 +80,9 @@ impl Engine {
     ) -> Result<Consolidated, Error> {
         let mut account = lock_account(conn, account_id).await?;
         let lease_ids = sorted_ids(sources.iter().map(|h| h.lease_id.as_str()));
-        let mut records = lock_leases(conn, &lease_ids, &[account_id.to_owned()]).await?;
-        // Leases of other accounts are read, not locked: the core refuses
-        // them (`mixed_accounts`) exactly as before.
-        let foreign: Vec<String> = lease_ids.iter().filter(|id| !records.contains_key(*id)).cloned().collect();
-        if !foreign.is_empty() {
-            records.extend(read_leases(conn, &foreign).await?);
-        }
+        // Sources are found under the account alone: a lease of another
+        // account is not found, exactly like an unknown one.
+        let records = lock_account_leases(conn, account_id, &lease_ids).await?;
         let mut leases = sources
             .iter()
             .map(|handle| held(records.get(&handle.lease_id), &handle.capability))

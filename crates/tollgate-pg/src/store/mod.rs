@@ -15,7 +15,9 @@
 //! Locks are taken in one global order so that no two operations can wait on
 //! each other in a cycle: a keyed request's idempotency key row first
 //! (`idempotency`), then account rows (in `account_id` order), then lease rows
-//! (in `lease_id` order), then credential rows. Every write to a lease happens
+//! (in `lease_id` order), then credential rows. Every lease and credential
+//! is found under its account: a statement that names one by its id names
+//! its account by equality too. Every write to a lease happens
 //! under its account's lock, and no lease is locked without it: ingestion and
 //! consolidation lock only the leases of accounts they hold. The locking reclaim pass is the
 //! exception that proves the rule: it finds due leases with `FOR UPDATE SKIP
@@ -242,23 +244,25 @@ impl Store for Engine {
     async fn release_idempotent(
         &self,
         idempotency: Option<&Idempotency>,
+        account_id: &str,
         lease_id: &str,
         capability: &str,
         now: Timestamp,
     ) -> Result<Released, Error> {
-        if !storable(lease_id) {
+        if !storable(account_id) || !storable(lease_id) {
             return Err(Error::LeaseNotFound);
         }
+        let operation =
+            async |conn: &mut PgConnection| self.release_locked(conn, account_id, lease_id, capability, now).await;
         if let Some(idempotency) = idempotency {
-            let request = Request::Release { lease_id, capability };
-            let operation = async |conn: &mut PgConnection| self.release_locked(conn, lease_id, capability, now).await;
+            let request = Request::Release { account_id, lease_id, capability };
             return self.keyed(idempotency, request, now, operation).await;
         }
-        if let Attempt::Done(released) = self.release_unlocked(lease_id, capability, now).await? {
+        if let Attempt::Done(released) = self.release_unlocked(account_id, lease_id, capability, now).await? {
             return Ok(released);
         }
         let mut tx = self.begin().await?;
-        let result = self.release_locked(&mut tx, lease_id, capability, now).await;
+        let result = operation(&mut tx).await;
         finish(tx, result).await
     }
 
@@ -313,10 +317,11 @@ impl Store for Engine {
     async fn revoke_credential_idempotent(
         &self,
         idempotency: Option<&Idempotency>,
+        account_id: &str,
         credential_id: &str,
         now: Timestamp,
     ) -> Result<Credential, Error> {
-        self.revoke(idempotency, credential_id, now).await
+        self.revoke(idempotency, account_id, credential_id, now).await
     }
 
     async fn purge_idempotency(&self, now: Timestamp, limit: u32) -> Result<u32, Error> {
@@ -327,12 +332,12 @@ impl Store for Engine {
         self.view(account_id).await
     }
 
-    async fn lease(&self, lease_id: &str) -> Result<Lease, Error> {
-        self.read_lease(lease_id).await
+    async fn lease(&self, account_id: &str, lease_id: &str) -> Result<Lease, Error> {
+        self.read_lease(account_id, lease_id).await
     }
 
-    async fn credential(&self, credential_id: &str) -> Result<Credential, Error> {
-        self.read_credential(credential_id).await
+    async fn credential(&self, account_id: &str, credential_id: &str) -> Result<Credential, Error> {
+        self.read_credential(account_id, credential_id).await
     }
 
     async fn check(&self) -> Result<CheckReport, Error> {

@@ -77,10 +77,9 @@ pub(super) async fn persist(conn: &mut PgConnection, changes: &Changes<'_>) -> R
             e.iter()
                 .map(|x| x.fencing_token.map(|f| db_i64(f, "fencing_token")).transpose())
                 .collect::<Result<Vec<_>, _>>()?,
-        );
-
-    // The accounts of the updated leases ($35) and credentials ($36).
-    query = query
+        )
+        // The accounts of the existing leases and of the credentials, which
+        // their updates name with their ids.
         .bind(l.iter().map(|x| x.account_id.clone()).collect::<Vec<_>>())
         .bind(c.iter().map(|x| x.account_id.clone()).collect::<Vec<_>>());
 

@@ -196,11 +196,19 @@ SELECT credited.account_id, $2, $5 FROM credited";
 
 // ------------------------------------------------------------------- leases
 
+/// The lease $2 of the account $1. Every statement that finds a lease by its
+/// id names its account too, so each touches one account.
 pub(super) const READ_LEASE_SQL: &str =
-    concat!("SELECT ", lease_columns!(), " FROM tollgate_leases l WHERE l.lease_id = $1");
+    concat!("SELECT ", lease_columns!(), " FROM tollgate_leases l WHERE l.account_id = $1 AND l.lease_id = $2");
 
-pub(super) const READ_LEASES_SQL: &str =
-    concat!("SELECT ", lease_columns!(), " FROM tollgate_leases l WHERE l.lease_id = ANY($1)");
+/// Leases among $2 of the account $1, in `lease_id` order: a consolidation's
+/// sources.
+pub(super) const LOCK_ACCOUNT_LEASES_SQL: &str = concat!(
+    "SELECT ",
+    lease_columns!(),
+    " FROM tollgate_leases l WHERE l.account_id = $1 AND l.lease_id = ANY($2) \
+     ORDER BY l.lease_id FOR UPDATE"
+);
 
 /// Leases among $1 that belong to the accounts $2, in `lease_id` order.
 pub(super) const LOCK_LEASES_SQL: &str = concat!(
@@ -210,12 +218,16 @@ pub(super) const LOCK_LEASES_SQL: &str = concat!(
      ORDER BY l.lease_id FOR UPDATE"
 );
 
-pub(super) const READ_HELD_LEASE_SQL: &str = concat!(held_lease_select!(), " WHERE l.lease_id = $1");
+/// The lease $2 of the account $1, with the account.
+pub(super) const READ_HELD_LEASE_SQL: &str =
+    concat!(held_lease_select!(), " WHERE l.account_id = $1 AND l.lease_id = $2");
 
 /// One locking read for a lease and its account; the OF clauses lock the
 /// account before the lease, the global lock order.
-pub(super) const LOCK_HELD_LEASE_SQL: &str =
-    concat!(held_lease_select!(), " WHERE l.lease_id = $1 FOR NO KEY UPDATE OF a FOR UPDATE OF l");
+pub(super) const LOCK_HELD_LEASE_SQL: &str = concat!(
+    held_lease_select!(),
+    " WHERE l.account_id = $1 AND l.lease_id = $2 FOR NO KEY UPDATE OF a FOR UPDATE OF l"
+);
 
 /// Active leases due at the cutoff ($1, $2), in expiry order, at most $3.
 pub(super) const READ_DUE_SQL: &str = concat!(
@@ -237,20 +249,45 @@ pub(super) const LOCK_DUE_SQL: &str = concat!(
 
 // -------------------------------------------------------------- credentials
 
-pub(super) const CREDENTIAL_BY_KEY_SQL: &str =
-    concat!("SELECT ", credential_columns!(), " FROM tollgate_credentials c WHERE c.key_hash = $1");
+/// The credential of the account $1 whose key hashes to $2.
+pub(super) const CREDENTIAL_BY_KEY_SQL: &str = concat!(
+    "SELECT ",
+    credential_columns!(),
+    " FROM tollgate_credentials c WHERE c.account_id = $1 AND c.key_hash = $2"
+);
 
-pub(super) const READ_CREDENTIAL_SQL: &str =
-    concat!("SELECT ", credential_columns!(), " FROM tollgate_credentials c WHERE c.credential_id = $1");
+/// The account of a key issued before keys named their account, by its hash
+/// ($1), from the directory migration 0020 filled.
+pub(super) const LEGACY_KEY_ACCOUNT_SQL: &str =
+    "SELECT k.account_id FROM tollgate_legacy_credential_keys k WHERE k.key_hash = $1";
 
-pub(super) const LOCK_CREDENTIAL_SQL: &str =
-    concat!("SELECT ", credential_columns!(), " FROM tollgate_credentials c WHERE c.credential_id = $1 FOR UPDATE");
+/// The credential $2 of the account $1.
+pub(super) const READ_CREDENTIAL_SQL: &str = concat!(
+    "SELECT ",
+    credential_columns!(),
+    " FROM tollgate_credentials c WHERE c.account_id = $1 AND c.credential_id = $2"
+);
 
+pub(super) const LOCK_CREDENTIAL_SQL: &str = concat!(
+    "SELECT ",
+    credential_columns!(),
+    " FROM tollgate_credentials c WHERE c.account_id = $1 AND c.credential_id = $2 FOR UPDATE"
+);
+
+/// Credentials among $1 that belong to the accounts $2, in `credential_id`
+/// order: a usage batch's, under the accounts it has locked.
 pub(super) const LOCK_CREDENTIALS_SQL: &str = concat!(
     "SELECT ",
     credential_columns!(),
-    " FROM tollgate_credentials c WHERE c.credential_id = ANY($1) ORDER BY c.credential_id FOR UPDATE"
+    " FROM tollgate_credentials c WHERE c.credential_id = ANY($1) AND c.account_id = ANY($2) \
+     ORDER BY c.credential_id FOR UPDATE"
 );
+
+/// Credentials among $1 of any account, unlocked: those a usage batch names
+/// that none of its accounts holds, so that their events are rejected as
+/// naming another account's credential rather than an unknown one.
+pub(super) const READ_CREDENTIALS_ANY_ACCOUNT_SQL: &str =
+    concat!("SELECT ", credential_columns!(), " FROM tollgate_credentials c WHERE c.credential_id = ANY($1)");
 
 /// A new credential of an existing account ($2); nothing when there is none.
 pub(super) const INSERT_CREDENTIAL_SQL: &str = "INSERT INTO tollgate_credentials (credential_id, account_id, label, key_hash, \
@@ -258,8 +295,8 @@ pub(super) const INSERT_CREDENTIAL_SQL: &str = "INSERT INTO tollgate_credentials
      SELECT $1, a.account_id, $3, $4, $5, $6, 0, 0 \
      FROM tollgate_accounts a WHERE a.account_id = $2";
 
-pub(super) const REVOKE_CREDENTIAL_SQL: &str = "UPDATE tollgate_credentials SET revoked_floor_us = $2, revoked_submicro_ns = $3 \
-     WHERE credential_id = $1";
+pub(super) const REVOKE_CREDENTIAL_SQL: &str = "UPDATE tollgate_credentials SET revoked_floor_us = $3, revoked_submicro_ns = $4 \
+     WHERE account_id = $1 AND credential_id = $2";
 
 // -------------------------------------------------------------------- usage
 
@@ -360,9 +397,10 @@ SELECT (SELECT count(*) FROM granted) AS written, ",
     " FROM tollgate_accounts a WHERE a.account_id = $1"
 );
 
-/// The release write, for an account condition: settles lease $1 if every
-/// column of its row still holds what the core decided on ($1–$3, $6–$11;
-/// `state` must be active), under its account's lock taken without waiting,
+/// The release write, for an account condition: settles the lease $2 of the
+/// account $1 if every column of its row still holds what the core decided
+/// on ($1–$3, $6–$11; `state` must be active), under its account's lock
+/// taken without waiting,
 /// and adds the lease's account change ($5, counters in `COUNTER_NAMES`
 /// order) to the account. Returns whether it wrote, the account's counters as
 /// written (the change is added to whatever the row held by then, which may
@@ -375,7 +413,7 @@ macro_rules! release_if_unchanged {
 WITH locked AS (
     SELECT a.account_id
     FROM tollgate_accounts AS a
-    WHERE a.account_id = $2",
+    WHERE a.account_id = $1",
             $account_condition,
             "
     FOR NO KEY UPDATE SKIP LOCKED
@@ -383,7 +421,8 @@ WITH locked AS (
     UPDATE tollgate_leases AS l
     SET state = $4, settled_at = now()
     FROM locked
-    WHERE l.lease_id = $1
+    WHERE l.account_id = $1
+      AND l.lease_id = $2
       AND l.account_id = locked.account_id
       AND l.state = 'active'
       AND l.used = $3
@@ -396,7 +435,7 @@ WITH locked AS (
             add_elements!("$5"),
             "
     FROM settled
-    WHERE a.account_id = settled.account_id
+    WHERE a.account_id = $1 AND a.account_id = settled.account_id
     RETURNING ",
             counters!("a."),
             "
@@ -409,7 +448,7 @@ SELECT (SELECT count(*) FROM accounts) AS written, w.credited AS written_credite
             ", ",
             lease_columns!(),
             " FROM tollgate_leases l JOIN tollgate_accounts a ON a.account_id = l.account_id \
-     LEFT JOIN accounts w ON true WHERE l.lease_id = $1"
+     LEFT JOIN accounts w ON true WHERE l.account_id = $1 AND l.lease_id = $2"
         )
     };
 }
@@ -556,35 +595,5 @@ pub(super) const PURGE_KEYS_SQL: &str = "DELETE FROM tollgate_idempotency_keys k
      ORDER BY e.expires_floor_us, e.expires_submicro_ns LIMIT $3 FOR UPDATE SKIP LOCKED) d \
      WHERE k.account_id = d.account_id AND k.lookup_id = d.lookup_id";
 
-pub(super) const LEASE_ACCOUNT_SQL: &str = "SELECT l.account_id FROM tollgate_leases l WHERE l.lease_id = $1";
-
-pub(super) const CREDENTIAL_ACCOUNT_SQL: &str =
-    "SELECT c.account_id FROM tollgate_credentials c WHERE c.credential_id = $1";
-
 #[cfg(test)]
-mod tests {
-    use tollgate_core::COUNTER_NAMES;
-
-    use super::*;
-
-    #[test]
-    fn counter_lists_follow_the_core_names() {
-        let names: Vec<&str> = counters!("").split(", ").collect();
-        assert_eq!(names, COUNTER_NAMES);
-        let written: Vec<String> = COUNTER_NAMES.iter().map(|name| format!("written_{name}")).collect();
-        assert_eq!(WRITTEN_COUNTER_NAMES.to_vec(), written);
-        for (i, name) in COUNTER_NAMES.iter().enumerate() {
-            let k = i + 1;
-            assert!(assign_elements!("$3").contains(&format!("{name} = $3[{k}]")));
-            assert!(add_elements!("$5").contains(&format!("{name} = a.{name} + $5[{k}]")));
-            assert!(elements!("$2").contains(&format!("$2[{k}]")));
-        }
-    }
-
-    #[test]
-    fn the_release_writes_differ_only_in_the_account_condition() {
-        assert!(!RELEASE_READ_IF_UNCHANGED_SQL.contains("$12"));
-        assert!(RELEASE_GUESSED_IF_UNCHANGED_SQL.contains("$12[7]"));
-        assert!(ACQUIRE_IF_UNCHANGED_SQL.contains("next_fence = $3[7]"));
-    }
-}
+mod tests;

@@ -138,8 +138,8 @@ async fn release_if_unchanged(
     let sql = if guessed { RELEASE_GUESSED_IF_UNCHANGED_SQL } else { RELEASE_READ_IF_UNCHANGED_SQL };
     let expiry = InstantPair::encode(lease_before.expiry);
     let mut query = sqlx::query_as::<_, WrittenHeldRow>(sql)
-        .bind(&lease_before.lease_id)
         .bind(&lease_before.account_id)
+        .bind(&lease_before.lease_id)
         .bind(db_i64(lease_before.used, "lease_used")?)
         .bind(state.as_str())
         .bind(difference(account_before, account)?)
@@ -227,15 +227,16 @@ impl Engine {
 
     pub(super) async fn release_unlocked(
         &self,
+        account_id: &str,
         lease_id: &str,
         capability: &str,
         now: Timestamp,
     ) -> Result<Attempt<Released>, Error> {
         let mut conn = self.pool.acquire().await.map_err(storage_error)?;
-        let (mut account_before, mut record, mut guessed) = match self.guesses.held(lease_id) {
+        let (mut account_before, mut record, mut guessed) = match self.guesses.held(account_id, lease_id) {
             Some((account, record)) => (account, record, true),
             None => {
-                let (account, record) = load_held(&mut conn, READ_HELD_LEASE_SQL, lease_id).await?;
+                let (account, record) = load_held(&mut conn, READ_HELD_LEASE_SQL, account_id, lease_id).await?;
                 #[cfg(feature = "testing")]
                 self.guesses.pause_after_read().await;
                 (account, record, false)
@@ -252,7 +253,7 @@ impl Engine {
                 Ok(decided) => decided,
                 // A refusal of a guess proves nothing: decide on what is committed.
                 Err(_) if std::mem::take(&mut guessed) => {
-                    (account_before, record) = load_held(&mut conn, READ_HELD_LEASE_SQL, lease_id).await?;
+                    (account_before, record) = load_held(&mut conn, READ_HELD_LEASE_SQL, account_id, lease_id).await?;
                     continue;
                 }
                 Err(refusal) => return Err(refusal),

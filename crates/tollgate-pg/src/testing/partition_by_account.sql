@@ -1,9 +1,13 @@
 -- Converts every per-account table into a table hash-partitioned by
--- account_id (`TestDb::partition_by_account`, which sets the partition count).
+-- account_id (`TestDb::partition_by_account`, which sets the partition count
+-- and the global tables). A global table (GLOBAL_TABLES in testing.rs) stays
+-- as it is, even one with an account_id column: a distributed engine
+-- replicates it whole (a reference table).
 -- Test harness only: a deployment never runs this.
 DO $convert$
 DECLARE
     partitions CONSTANT int := current_setting('tollgate.test_hash_partitions')::int;
+    global_tables CONSTANT text[] := string_to_array(current_setting('tollgate.test_global_tables'), ',');
     t record;
     d record;
 BEGIN
@@ -11,6 +15,7 @@ BEGIN
         SELECT c.oid AS relid, c.relname::text AS name, c.relname || '_unpartitioned' AS old_name
         FROM pg_class c
         WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'
+          AND c.relname <> ALL (global_tables)
           AND EXISTS (SELECT FROM pg_attribute a
                       WHERE a.attrelid = c.oid AND a.attname = 'account_id' AND NOT a.attisdropped);
     CREATE TEMP TABLE foreign_keys ON COMMIT DROP AS

@@ -161,7 +161,14 @@ async fn accounts_credits_and_credentials() {
             StatusCode::NOT_FOUND,
             "account_not_found",
         ),
-        (As::Admin, Method::GET, "/v1/credentials/nope".into(), None, StatusCode::NOT_FOUND, "credential_not_found"),
+        (
+            As::Admin,
+            Method::GET,
+            format!("/v1/accounts/{ACCOUNT}/credentials/nope"),
+            None,
+            StatusCode::NOT_FOUND,
+            "credential_not_found",
+        ),
     ];
     for (who, method, path, body, status, code) in cases {
         assert_error(app.call(who, method, &path, body).await, status, code, false);
@@ -206,7 +213,15 @@ async fn accounts_credits_and_credentials() {
     assert_eq!(issued["revoked_at"], Value::Null);
     assert_eq!(issued["activity"], json!({"last_used_at": null, "accepted_events": 0, "accepted_units": 0}));
 
-    let read = app.ok(As::Admin, Method::GET, &format!("/v1/credentials/{credential_id}"), None, StatusCode::OK).await;
+    let read = app
+        .ok(
+            As::Admin,
+            Method::GET,
+            &format!("/v1/accounts/{ACCOUNT}/credentials/{credential_id}"),
+            None,
+            StatusCode::OK,
+        )
+        .await;
     assert!(read.get("key").is_none(), "the key is shown once: {read}");
     assert_eq!(read["credential_id"], credential_id);
 
@@ -218,8 +233,15 @@ async fn accounts_credits_and_credentials() {
     assert_eq!(unknown, json!({"valid": false, "reason": "unknown_credential"}));
 
     app.clock.set(start() + SignedDuration::from_secs(1));
-    let revoked =
-        app.ok(As::Admin, Method::POST, &format!("/v1/credentials/{credential_id}/revoke"), None, StatusCode::OK).await;
+    let revoked = app
+        .ok(
+            As::Admin,
+            Method::POST,
+            &format!("/v1/accounts/{ACCOUNT}/credentials/{credential_id}/revoke"),
+            None,
+            StatusCode::OK,
+        )
+        .await;
     assert_eq!(revoked["revoked_at"], "2024-01-01T00:00:01.000000001Z");
     let after = app.ok(As::Gateway, Method::POST, "/v1/credentials/verify", Some(verify(key)), StatusCode::OK).await;
     assert_eq!(
@@ -227,7 +249,7 @@ async fn accounts_credits_and_credentials() {
         json!({"valid": false, "credential_id": credential_id, "account_id": ACCOUNT, "reason": "credential_revoked"})
     );
     assert_error(
-        app.call(As::Admin, Method::POST, "/v1/credentials/nope/revoke", None).await,
+        app.call(As::Admin, Method::POST, &format!("/v1/accounts/{ACCOUNT}/credentials/nope/revoke"), None).await,
         StatusCode::NOT_FOUND,
         "credential_not_found",
         false,
@@ -265,7 +287,8 @@ async fn leases_usage_settlement_and_reclaim() {
     let (a_id, b_id, c_id) =
         (a["lease_id"].as_str().unwrap(), b["lease_id"].as_str().unwrap(), c["lease_id"].as_str().unwrap());
 
-    let read = app.ok(As::Gateway, Method::GET, &format!("/v1/leases/{b_id}"), None, StatusCode::OK).await;
+    let read =
+        app.ok(As::Gateway, Method::GET, &format!("/v1/accounts/{ACCOUNT}/leases/{b_id}"), None, StatusCode::OK).await;
     assert!(read.get("capability").is_none(), "the capability is shown once: {read}");
     assert_eq!(read["expires_at"], b["expires_at"]);
 
@@ -311,7 +334,7 @@ async fn leases_usage_settlement_and_reclaim() {
     );
 
     // Release: the wrong capability is refused; the right one settles.
-    let release = |id: &str| format!("/v1/leases/{id}/release");
+    let release = |id: &str| format!("/v1/accounts/{ACCOUNT}/leases/{id}/release");
     assert_error(
         app.call(As::Gateway, Method::POST, &release(b_id), Some(json!({"capability": "tgc_wrong"}))).await,
         StatusCode::CONFLICT,
@@ -386,7 +409,8 @@ async fn leases_usage_settlement_and_reclaim() {
         reclaimed,
         json!({"reclaimed": [{"lease_id": a_id, "account_id": ACCOUNT, "charged": 0, "returned": 10, "excess": 0}], "full": false})
     );
-    let a_after = app.ok(As::Gateway, Method::GET, &format!("/v1/leases/{a_id}"), None, StatusCode::OK).await;
+    let a_after =
+        app.ok(As::Gateway, Method::GET, &format!("/v1/accounts/{ACCOUNT}/leases/{a_id}"), None, StatusCode::OK).await;
     assert_eq!(a_after["state"], "reclaimed");
     let again = app.ok(As::Admin, Method::POST, "/v1/admin/reclaim", None, StatusCode::OK).await;
     assert_eq!(again, json!({"reclaimed": [], "full": false}));
@@ -624,6 +648,7 @@ impl Store for FaultyStore {
         _: Option<&Idempotency>,
         _: &str,
         _: &str,
+        _: &str,
         _: Timestamp,
     ) -> Result<Released, Error> {
         self.fail().await
@@ -658,6 +683,7 @@ impl Store for FaultyStore {
         &self,
         _: Option<&Idempotency>,
         _: &str,
+        _: &str,
         _: Timestamp,
     ) -> Result<Credential, Error> {
         self.fail().await
@@ -673,10 +699,10 @@ impl Store for FaultyStore {
         }
         self.fail().await
     }
-    async fn lease(&self, _: &str) -> Result<Lease, Error> {
+    async fn lease(&self, _: &str, _: &str) -> Result<Lease, Error> {
         self.fail().await
     }
-    async fn credential(&self, _: &str) -> Result<Credential, Error> {
+    async fn credential(&self, _: &str, _: &str) -> Result<Credential, Error> {
         self.fail().await
     }
     async fn check(&self) -> Result<CheckReport, Error> {
@@ -716,7 +742,7 @@ async fn storage_failures_map_to_retryable_statuses() {
             "storage_unavailable",
         ),
         (&unavailable, Method::POST, "/v1/admin/reclaim", None, StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable"),
-        (&corrupt, Method::GET, "/v1/leases/l", None, StatusCode::INTERNAL_SERVER_ERROR, "storage_corrupt"),
+        (&corrupt, Method::GET, "/v1/accounts/a/leases/l", None, StatusCode::INTERNAL_SERVER_ERROR, "storage_corrupt"),
         (&corrupt, Method::POST, "/v1/usage", Some(batch), StatusCode::INTERNAL_SERVER_ERROR, "storage_corrupt"),
         (&unavailable, Method::GET, "/readyz", None, StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
     ];

@@ -68,7 +68,7 @@ async fn retried_release_issue_and_revoke_answer_as_the_first_time() {
     let (credential_id, _) = app.funded("acct", 100).await;
     let lease =
         keyed(&app, As::Gateway, "/v1/accounts/acct/leases", "acquire-1", json!({"units": 10, "ttl": "PT30S"})).await.1;
-    let release = format!("/v1/leases/{}/release", lease["lease_id"].as_str().unwrap());
+    let release = format!("/v1/accounts/acct/leases/{}/release", lease["lease_id"].as_str().unwrap());
     let body = json!({"capability": lease["capability"]});
     let first = keyed(&app, As::Gateway, &release, "release-1", body.clone()).await;
     assert_eq!(first.0, StatusCode::OK, "{}", first.1);
@@ -84,7 +84,7 @@ async fn retried_release_issue_and_revoke_answer_as_the_first_time() {
     let reused = keyed(&app, As::Admin, issue, "issue-1", json!({"label": "other"})).await;
     assert_error(reused, StatusCode::CONFLICT, "idempotency_key_reused", false);
 
-    let revoke = format!("/v1/credentials/{credential_id}/revoke");
+    let revoke = format!("/v1/accounts/acct/credentials/{credential_id}/revoke");
     let revoked = keyed(&app, As::Admin, &revoke, "revoke-1", Value::Null).await;
     assert_eq!(revoked.0, StatusCode::OK);
     app.clock.set(crate::support::start() + SignedDuration::from_secs(5));

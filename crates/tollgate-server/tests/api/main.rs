@@ -1,10 +1,13 @@
-//! The server's handler tests, as one test binary: every route through
-//! `router()` over a `MemoryStore` with a settable clock.
+//! The server's tests, as one test binary: every route through `router()`
+//! over a `MemoryStore` with a settable clock, and (`clock`) a server on a
+//! real PostgreSQL whose clock is offset from the database's.
 
 mod bodies;
+mod clock;
 mod connections;
 mod handlers;
 mod idempotency;
 mod openapi;
+mod scoped;
 mod support;
 mod worker;

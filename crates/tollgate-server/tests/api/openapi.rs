@@ -75,8 +75,10 @@ async fn the_document_states_the_enforced_rules() {
     let id = serde_json::json!({"type": "string", "pattern": "^[A-Za-z0-9._:-]+$", "minLength": 1, "maxLength": 128});
     assert_eq!(schemas["CreditRequest"]["properties"]["credit_id"], id);
     assert_eq!(schemas["CreateAccountRequest"]["properties"]["account_id"], id);
-    let parameter = &document["paths"]["/v1/leases/{lease_id}/release"]["post"]["parameters"][0];
-    assert_eq!((&parameter["name"], &parameter["schema"]), (&serde_json::json!("lease_id"), &id));
+    let parameters = &document["paths"]["/v1/accounts/{account_id}/leases/{lease_id}/release"]["post"]["parameters"];
+    for (i, name) in ["account_id", "lease_id"].into_iter().enumerate() {
+        assert_eq!((&parameters[i]["name"], &parameters[i]["schema"]), (&serde_json::json!(name), &id));
+    }
 
     let units = |schema: &str, field: &str| {
         let property = &schemas[schema]["properties"][field];

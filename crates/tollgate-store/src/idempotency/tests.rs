@@ -90,14 +90,44 @@ fn fingerprints_cover_every_argument_unambiguously() {
         Request::Consolidate { account_id: "x", sources: &a_b, extra_units: 0, ttl },
         Request::Consolidate { account_id: "x", sources: &ab, extra_units: 1, ttl },
         Request::Consolidate { account_id: "x", sources: &ab, extra_units: 0, ttl: SignedDuration::from_nanos(1) },
-        Request::Release { lease_id: "x", capability: "c1" },
-        Request::Release { lease_id: "x", capability: "c2" },
+        Request::Release { account_id: "x", lease_id: "x", capability: "c1" },
+        Request::Release { account_id: "x", lease_id: "x", capability: "c2" },
         Request::IssueCredential { account_id: "x", label: "" },
         Request::IssueCredential { account_id: "x", label: "l" },
     ];
     let prints: std::collections::HashSet<[u8; 32]> =
         requests.iter().map(|r| Claim::new(&key, r, now).fingerprint).collect();
     assert_eq!(prints.len(), requests.len());
+}
+
+/// A lease's or credential's key is scoped by its account too, so the same
+/// key under another account's path is a new key, never the first answer.
+#[test]
+fn lease_and_credential_keys_are_scoped_by_their_account() {
+    let now = Timestamp::from_second(0).unwrap();
+    let key = idempotency("k");
+    let pairs = [
+        (
+            Request::Release { account_id: "a", lease_id: "lse_1", capability: "c" },
+            Request::Release { account_id: "b", lease_id: "lse_1", capability: "c" },
+        ),
+        (
+            Request::RevokeCredential { account_id: "a", credential_id: "cred_1" },
+            Request::RevokeCredential { account_id: "b", credential_id: "cred_1" },
+        ),
+        // The account and the resource are separate fields of the scope.
+        (
+            Request::Release { account_id: "a", lease_id: "b", capability: "c" },
+            Request::Release { account_id: "ab", lease_id: "", capability: "c" },
+        ),
+    ];
+    for (first, second) in pairs {
+        let (first, second) = (Claim::new(&key, &first, now), Claim::new(&key, &second, now));
+        assert_ne!(first.lookup_id, second.lookup_id);
+        assert_ne!(first.fingerprint, second.fingerprint);
+    }
+    assert_eq!(Request::RevokeCredential { account_id: "a", credential_id: "c" }.account_id(), "a");
+    assert_eq!(ACQUIRE.account_id(), "acct");
 }
 
 #[test]

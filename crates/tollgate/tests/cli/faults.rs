@@ -136,7 +136,9 @@ async fn clients_hanging_up_lose_no_acknowledged_write() {
 
     // Every acknowledged lease is still there, seen by another connection too.
     for lease_id in &leases {
-        let lease = server.ok(As::Gateway, Method::GET, &format!("/v1/leases/{lease_id}"), None, StatusCode::OK).await;
+        let lease = server
+            .ok(As::Gateway, Method::GET, &format!("/v1/accounts/p/leases/{lease_id}"), None, StatusCode::OK)
+            .await;
         assert_eq!(lease["state"], "active", "{lease}");
     }
     let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM tollgate_leases WHERE account_id = 'p'")

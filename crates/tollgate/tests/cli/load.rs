@@ -193,7 +193,7 @@ impl Load {
                     }
 
                     let (status, released) = send(
-                        format!("/v1/leases/{lease_id}/release"),
+                        format!("/v1/accounts/{account_id}/leases/{lease_id}/release"),
                         json!({"capability": lease["capability"]}),
                         Some(format!("release-c{client_index}-r{round}")),
                     )
@@ -233,7 +233,7 @@ pub(crate) async fn verify(base: &str, seen: &[Seen]) {
     for client in seen {
         let mut fences = BTreeSet::new();
         for (lease_id, fence) in &client.leases {
-            let (status, lease) = get(format!("/v1/leases/{lease_id}")).await;
+            let (status, lease) = get(format!("/v1/accounts/{}/leases/{lease_id}", client.account_id)).await;
             assert_eq!(status, StatusCode::OK, "acknowledged lease {lease_id} is missing: {lease}");
             assert_eq!(lease["fencing_token"], *fence, "{lease}");
             assert!(fences.insert(*fence), "fence {fence} issued twice on {}", client.account_id);

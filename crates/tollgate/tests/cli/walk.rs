@@ -111,7 +111,8 @@ pub(crate) async fn walk(server: &Server, backend: Backend) {
     );
     assert_eq!((a["fencing_token"].as_u64(), a["granted"].as_u64()), (Some(1), Some(100)));
     let a_id = a["lease_id"].as_str().unwrap().to_owned();
-    let read = s.ok(As::Gateway, Method::GET, &format!("/v1/leases/{a_id}"), None, StatusCode::OK).await;
+    let read =
+        s.ok(As::Gateway, Method::GET, &format!("/v1/accounts/{ACCOUNT}/leases/{a_id}"), None, StatusCode::OK).await;
     assert_eq!(read["expires_at"], a["expires_at"]);
     assert_eq!(ts(&read["expires_at"]), expires_at);
     assert!(read.get("capability").is_none());
@@ -144,7 +145,7 @@ pub(crate) async fn walk(server: &Server, backend: Backend) {
         .ok(
             As::Gateway,
             Method::POST,
-            &format!("/v1/leases/{a_id}/release"),
+            &format!("/v1/accounts/{ACCOUNT}/leases/{a_id}/release"),
             Some(json!({"capability": a["capability"]})),
             StatusCode::OK,
         )
@@ -176,7 +177,7 @@ pub(crate) async fn walk(server: &Server, backend: Backend) {
     let d = s
         .ok(As::Gateway, Method::POST, &leases, Some(json!({"units": 20, "ttl": "PT0.2S"})), StatusCode::CREATED)
         .await;
-    let d_path = format!("/v1/leases/{}", d["lease_id"].as_str().unwrap());
+    let d_path = format!("/v1/accounts/{ACCOUNT}/leases/{}", d["lease_id"].as_str().unwrap());
     let deadline = tokio::time::Instant::now() + PROCESS_WAIT_MAX;
     loop {
         let lease = s.ok(As::Gateway, Method::GET, &d_path, None, StatusCode::OK).await;
@@ -212,12 +213,26 @@ pub(crate) async fn walk(server: &Server, backend: Backend) {
     assert_eq!([count("active"), count("released"), count("consolidated"), count("reclaimed")], [1, 1, 1, 1]);
 
     // Revocation.
-    s.ok(As::Admin, Method::POST, &format!("/v1/credentials/{credential_id}/revoke"), None, StatusCode::OK).await;
+    s.ok(
+        As::Admin,
+        Method::POST,
+        &format!("/v1/accounts/{ACCOUNT}/credentials/{credential_id}/revoke"),
+        None,
+        StatusCode::OK,
+    )
+    .await;
     let revoked =
         s.ok(As::Gateway, Method::POST, "/v1/credentials/verify", Some(json!({"key": key})), StatusCode::OK).await;
     assert_eq!(revoked["reason"], "credential_revoked");
-    let credential =
-        s.ok(As::Admin, Method::GET, &format!("/v1/credentials/{credential_id}"), None, StatusCode::OK).await;
+    let credential = s
+        .ok(
+            As::Admin,
+            Method::GET,
+            &format!("/v1/accounts/{ACCOUNT}/credentials/{credential_id}"),
+            None,
+            StatusCode::OK,
+        )
+        .await;
     assert_eq!(credential["activity"]["accepted_events"], 2);
     assert_eq!(credential["activity"]["accepted_units"], 34);
     assert_eq!(ts(&credential["activity"]["last_used_at"]), "2023-12-31T23:00:00.5Z".parse::<Timestamp>().unwrap());
@@ -253,7 +268,7 @@ pub(crate) async fn walk(server: &Server, backend: Backend) {
         false,
     );
     assert_error(
-        s.call(As::Gateway, Method::GET, "/v1/leases/lse_missing", None).await,
+        s.call(As::Gateway, Method::GET, &format!("/v1/accounts/{ACCOUNT}/leases/lse_missing"), None).await,
         StatusCode::NOT_FOUND,
         "lease_not_found",
         false,

@@ -16,6 +16,35 @@ use tollgate_store::Store;
 use tower::ServiceExt;
 
 const ADMIN: &str = "admin-token-for-the-clock-tests";
+const REQUEST_ID: &str = "clock-test-request";
+
+/// Log lines written as JSON into memory while a subscriber from
+/// [`subscriber`](Self::subscriber) is the thread's default.
+#[derive(Clone, Default)]
+struct CapturedLog(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for CapturedLog {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log").extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl CapturedLog {
+    fn subscriber(&self) -> impl tracing::Subscriber + Send + Sync + use<> {
+        let log = self.clone();
+        tracing_subscriber::fmt().json().with_max_level(tracing::Level::INFO).with_writer(move || log.clone()).finish()
+    }
+
+    fn lines(&self) -> Vec<Value> {
+        let bytes = self.0.lock().expect("log").clone();
+        String::from_utf8(bytes).expect("utf-8").lines().map(|line| serde_json::from_str(line).expect("json")).collect()
+    }
+}
 
 /// The system clock plus an offset the test sets.
 struct OffsetClock(Mutex<SignedDuration>);
@@ -31,6 +60,7 @@ async fn call(state: &AppState, method: Method, path: &str, body: Option<Value>)
         .method(method)
         .uri(path)
         .header("authorization", format!("Bearer {ADMIN}"))
+        .header("x-request-id", REQUEST_ID)
         .body(body.map(|b| Body::from(b.to_string())).unwrap_or_default())
         .expect("request");
     let response = router(state.clone()).oneshot(request).await.expect("response");
@@ -68,14 +98,30 @@ async fn a_server_whose_clock_is_off_does_not_serve_or_reclaim_until_it_agrees()
     let status = state.clock_guard().last().expect("checked");
     assert!(status.skewed(), "{status:?}");
     assert!(status.sample.offset < SignedDuration::from_secs(-4), "{status:?}");
-    assert_eq!(store.lease(&lease.lease.lease_id).await.expect("lease").state.as_str(), "active");
+    assert_eq!(
+        store.lease(&lease.lease.account_id, &lease.lease.lease_id).await.expect("lease").state.as_str(),
+        "active"
+    );
 
     let (ready, body) = call(&state, Method::GET, "/readyz", None).await;
     assert_eq!(ready, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert!(body["error"]["message"].as_str().is_some_and(|m| m.contains("clock")), "{body}");
-    let (refused, body) =
-        call(&state, Method::POST, "/v1/accounts", Some(serde_json::json!({"account_id": "b"}))).await;
+    let log = CapturedLog::default();
+    let (refused, body) = {
+        let _log = tracing::subscriber::set_default(log.subscriber());
+        call(&state, Method::POST, "/v1/accounts", Some(serde_json::json!({"account_id": "b"}))).await
+    };
     assert_eq!(refused, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    // The refusal's one log line names the request, its route and the code.
+    let lines = log.lines();
+    let line = lines.iter().find(|line| line["fields"]["message"] == "request failed");
+    let line = line.unwrap_or_else(|| panic!("no failure line in {lines:?}"));
+    assert_eq!(line["level"], "WARN", "{line}");
+    assert_eq!(line["fields"]["request_id"], REQUEST_ID, "{line}");
+    assert_eq!(line["fields"]["route"], "/v1/accounts", "{line}");
+    assert_eq!(line["fields"]["status"], 503, "{line}");
+    assert_eq!(line["fields"]["code"], "clock_skew", "{line}");
+    assert!(line["fields"]["detail"].as_str().is_some_and(|detail| detail.contains("clock")), "{line}");
     assert_eq!(body["error"]["code"], "clock_skew", "{body}");
     assert_eq!(body["error"]["retryable"], true, "{body}");
     assert!(matches!(store.account("b").await, Err(tollgate_core::Error::AccountNotFound)));
