@@ -82,10 +82,7 @@ async fn load_snapshot(conn: &mut PgConnection, batch: &[UsageEvent]) -> Result<
         .fetch_all(&mut *conn)
         .await
         .map_err(storage_error)?;
-    for row in credentials {
-        let record = row.decode()?;
-        snapshot.credentials.insert(record.credential.credential_id.clone(), record.credential);
-    }
+    remember_credentials(&mut snapshot, credentials)?;
     // A credential none of the batch's accounts holds is read, unlocked, only
     // to reject its events as naming another account's credential; nothing of
     // it is written, and its account never changes.
@@ -97,10 +94,7 @@ async fn load_snapshot(conn: &mut PgConnection, batch: &[UsageEvent]) -> Result<
             .fetch_all(&mut *conn)
             .await
             .map_err(storage_error)?;
-        for row in credentials {
-            let record = row.decode()?;
-            snapshot.credentials.insert(record.credential.credential_id.clone(), record.credential);
-        }
+        remember_credentials(&mut snapshot, credentials)?;
     }
     // Read after the account locks, so no accepted ID of these accounts can
     // be missing from this statement's snapshot.
@@ -112,4 +106,13 @@ async fn load_snapshot(conn: &mut PgConnection, batch: &[UsageEvent]) -> Result<
         .map_err(storage_error)?;
     snapshot.recorded = recorded.into_iter().collect::<HashSet<_>>();
     Ok(snapshot)
+}
+
+/// Adds the credentials of `rows` to the batch's snapshot, by id.
+fn remember_credentials(snapshot: &mut UsageSnapshot, rows: Vec<CredentialRow>) -> Result<(), Error> {
+    for row in rows {
+        let record = row.decode()?;
+        snapshot.credentials.insert(record.credential.credential_id.clone(), record.credential);
+    }
+    Ok(())
 }
