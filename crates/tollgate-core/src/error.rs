@@ -67,6 +67,22 @@ pub enum Error {
     InvalidIdempotencyKey,
     #[error("idempotency key was already used for a different request")]
     IdempotencyKeyReused,
+    #[error("limit must be 1 to {max}, not {limit}")]
+    InvalidLimit { limit: u32, max: u32 },
+    #[error("cursor does not belong to this listing, account and query")]
+    InvalidCursor,
+    #[error("{field} must be an RFC 3339 instant with at most 9 fractional digits")]
+    InvalidTimestamp { field: &'static str },
+    #[error("the range is empty or outside the timestamp domain: from must be before to")]
+    InvalidRange,
+    #[error("window must be PT1M, PT1H, P1D or omitted for the whole range")]
+    InvalidWindow,
+    #[error("group_by must be credential, lease, funding or dimension:KEY")]
+    InvalidGroupBy,
+    #[error("lease state filter must be active, released, reclaimed or consolidated")]
+    InvalidState,
+    #[error("the query spans {buckets} buckets; at most {max} are allowed")]
+    TooManyBuckets { buckets: u128, max: u64 },
     #[error("storage records reclaim grace {recorded}, this server is configured with {configured}")]
     ReclaimGraceMismatch { recorded: String, configured: String },
     #[error("storage unavailable: {0}")]
@@ -100,6 +116,14 @@ impl Error {
             Error::CounterOverflow { .. } => "counter_overflow",
             Error::InvalidIdempotencyKey => "invalid_idempotency_key",
             Error::IdempotencyKeyReused => "idempotency_key_reused",
+            Error::InvalidLimit { .. } => "invalid_limit",
+            Error::InvalidCursor => "invalid_cursor",
+            Error::InvalidTimestamp { .. } => "invalid_timestamp",
+            Error::InvalidRange => "invalid_range",
+            Error::InvalidWindow => "invalid_window",
+            Error::InvalidGroupBy => "invalid_group_by",
+            Error::InvalidState => "invalid_state",
+            Error::TooManyBuckets { .. } => "too_many_buckets",
             Error::ReclaimGraceMismatch { .. } => "reclaim_grace_mismatch",
             Error::StorageUnavailable(_) => "storage_unavailable",
             Error::StorageCorrupt(_) => "storage_corrupt",
@@ -115,7 +139,15 @@ impl Error {
             | Error::InvalidLabel
             | Error::NoSourceLeases
             | Error::DuplicateSourceLease { .. }
-            | Error::InvalidIdempotencyKey => ErrorKind::Input,
+            | Error::InvalidIdempotencyKey
+            | Error::InvalidLimit { .. }
+            | Error::InvalidCursor
+            | Error::InvalidTimestamp { .. }
+            | Error::InvalidRange
+            | Error::InvalidWindow
+            | Error::InvalidGroupBy
+            | Error::InvalidState
+            | Error::TooManyBuckets { .. } => ErrorKind::Input,
             Error::AccountNotFound | Error::LeaseNotFound | Error::CredentialNotFound => ErrorKind::NotFound,
             Error::AccountExists
             | Error::CreditConflict { .. }
@@ -197,6 +229,14 @@ mod tests {
             (Error::CounterOverflow { counter: "billed" }, "counter_overflow", false),
             (Error::InvalidIdempotencyKey, "invalid_idempotency_key", false),
             (Error::IdempotencyKeyReused, "idempotency_key_reused", false),
+            (Error::InvalidLimit { limit: 0, max: 1 }, "invalid_limit", false),
+            (Error::InvalidCursor, "invalid_cursor", false),
+            (Error::InvalidTimestamp { field: "from" }, "invalid_timestamp", false),
+            (Error::InvalidRange, "invalid_range", false),
+            (Error::InvalidWindow, "invalid_window", false),
+            (Error::InvalidGroupBy, "invalid_group_by", false),
+            (Error::InvalidState, "invalid_state", false),
+            (Error::TooManyBuckets { buckets: 2, max: 1 }, "too_many_buckets", false),
             (Error::StorageUnavailable("x".into()), "storage_unavailable", true),
             (Error::StorageCorrupt("x".into()), "storage_corrupt", true),
         ];
