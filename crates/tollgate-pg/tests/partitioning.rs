@@ -163,17 +163,34 @@ const RELEASE_GUESSED_PARAMS: &[(&str, &str)] = &[
     COUNTERS,
 ];
 
-/// The names of the `const NAME: &str` items of `src/store/sql.rs`, read from
-/// its source, so that a statement added there is seen here.
+/// The names of the `const NAME: &str` items of `src/store/sql.rs` and of the
+/// files of `src/store/sql/`, read from their source, so that a statement
+/// added to any of them is seen here.
 fn statement_constants_in_source() -> BTreeSet<String> {
-    let source = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/store/sql.rs")).expect("sql.rs");
-    source
-        .lines()
-        .filter_map(|line| {
-            let rest = line.trim_start().strip_prefix("pub(super) ").unwrap_or(line.trim_start());
-            let rest = rest.strip_prefix("const ")?;
-            let (name, ty) = rest.split_once(':')?;
-            ty.trim_start().starts_with("&str").then(|| name.trim().to_owned())
+    let store = concat!(env!("CARGO_MANIFEST_DIR"), "/src/store");
+    let mut paths = vec![std::path::PathBuf::from(format!("{store}/sql.rs"))];
+    if let Ok(entries) = std::fs::read_dir(format!("{store}/sql")) {
+        paths.extend(
+            entries.map(|entry| entry.expect("entry").path()).filter(|path| path.extension() == Some("rs".as_ref())),
+        );
+    }
+    paths
+        .iter()
+        .flat_map(|path| {
+            let source = std::fs::read_to_string(path).expect("statement source");
+            source
+                .lines()
+                .filter_map(|line| {
+                    let line = line.trim_start();
+                    let rest = match line.strip_prefix("pub(") {
+                        Some(visibility) => visibility.split_once(") ")?.1,
+                        None => line,
+                    };
+                    let rest = rest.strip_prefix("const ")?;
+                    let (name, ty) = rest.split_once(':')?;
+                    ty.trim_start().starts_with("&str").then(|| name.trim().to_owned())
+                })
+                .collect::<Vec<_>>()
         })
         .collect()
 }

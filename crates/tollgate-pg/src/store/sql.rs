@@ -11,6 +11,10 @@
 //! against `COUNTER_NAMES`).
 //!
 //! Every statement is parameterised and names its columns.
+//!
+//! Statements of one feature may live in a file of `sql/`, declared at the end
+//! of this file and re-exported from it; their constants are
+//! `pub(in crate::store)`, and `tests/partitioning.rs` reads those files too.
 
 /// The seven account counter columns, in `COUNTER_NAMES` order, each after
 /// `$prefix` (a table alias).
