@@ -9,8 +9,10 @@ use crate::StoreFactory;
 use crate::support::*;
 
 mod idempotent;
+mod listings;
 mod scoped;
 pub use idempotent::*;
+pub use listings::*;
 pub use scoped::*;
 
 /// An ordinary instant with a nanosecond fraction.

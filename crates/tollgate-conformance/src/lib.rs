@@ -63,6 +63,11 @@ macro_rules! conformance_suite {
             a_lease_under_another_account_is_not_found_and_nothing_changes,
             a_credential_under_another_account_is_not_found_and_stays_valid,
             a_key_whose_account_part_was_altered_is_unknown,
+            accounts_are_listed_in_id_order_page_by_page,
+            leases_are_listed_by_id_and_filtered_by_state,
+            credentials_and_credits_are_listed_by_id,
+            cursors_are_refused_across_listings_accounts_and_filters,
+            rows_inserted_between_pages_are_neither_skipped_nor_repeated,
         );
     };
     (@cases $factory:expr; $($case:ident),* $(,)?) => {
@@ -79,13 +84,18 @@ macro_rules! conformance_suite {
 mod tests {
     /// Every public case, as its source declares it.
     fn declared_cases() -> Vec<&'static str> {
-        [include_str!("cases.rs"), include_str!("cases/idempotent.rs"), include_str!("cases/scoped.rs")]
-            .into_iter()
-            .flat_map(str::lines)
-            .filter_map(|line| line.strip_prefix("pub async fn "))
-            .filter(|rest| rest.contains("<F: StoreFactory>"))
-            .filter_map(|rest| rest.split('<').next())
-            .collect()
+        [
+            include_str!("cases.rs"),
+            include_str!("cases/idempotent.rs"),
+            include_str!("cases/listings.rs"),
+            include_str!("cases/scoped.rs"),
+        ]
+        .into_iter()
+        .flat_map(str::lines)
+        .filter_map(|line| line.strip_prefix("pub async fn "))
+        .filter(|rest| rest.contains("<F: StoreFactory>"))
+        .filter_map(|rest| rest.split('<').next())
+        .collect()
     }
 
     /// A case that `conformance_suite!` does not list never runs on any

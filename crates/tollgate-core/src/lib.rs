@@ -11,6 +11,7 @@ pub mod clock;
 pub mod error;
 pub mod ids;
 pub mod ledger;
+pub mod listings;
 pub mod page;
 pub mod secret;
 pub mod time;
@@ -24,6 +25,7 @@ pub use ledger::{
     Account, Balances, COUNTER_NAMES, COUNTERS, Credential, Equation, Grant, Lease, LeaseState, Settlement, Violation,
     check_balances, check_conservation, settle,
 };
+pub use listings::{CreditEntry, LeaseFilter, Listing, PageRequest};
 pub use page::{Page, PageLimit, Scope, Start};
 pub use secret::{CREDENTIAL_KEY_PREFIX, KeyRoute, Secret, SecretHash, route_credential_key};
 pub use time::{GrantPolicy, InstantError, InstantPair, PolicyError, ReclaimPass};

@@ -25,7 +25,10 @@ pub use secrets::{new_capability, new_credential_id, new_credential_key, new_lea
 
 use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
-use tollgate_core::{Credential, Error, EventOutcome, GrantPolicy, IngestError, Lease, UnitDomain, UsageEvent};
+use tollgate_core::{
+    Credential, CreditEntry, Error, EventOutcome, GrantPolicy, IngestError, Lease, LeaseFilter, Page, PageRequest,
+    UnitDomain, UsageEvent,
+};
 
 /// Where usage goes. Implemented by every store and by the HTTP client, so that
 /// the usage writer works over either.
@@ -158,6 +161,25 @@ pub trait Store: UsageSink {
     /// The credential `credential_id` of `account_id`; one of another account
     /// is `credential_not_found`.
     async fn credential(&self, account_id: &str, credential_id: &str) -> Result<Credential, Error>;
+
+    /// Accounts whose id starts with `prefix` (`""`: all), in `account_id`
+    /// order, one page after the request's cursor
+    /// (`tollgate_core::listings`). A cursor of another listing or prefix
+    /// is `invalid_cursor`.
+    async fn list_accounts(&self, prefix: &str, page: &PageRequest) -> Result<Page<AccountView>, Error>;
+    /// The leases of `account_id` that `filter` keeps, in `lease_id` order.
+    /// An unknown account is `account_not_found`; a cursor of another
+    /// listing, account or filter is `invalid_cursor`.
+    async fn list_leases(
+        &self,
+        account_id: &str,
+        filter: LeaseFilter,
+        page: &PageRequest,
+    ) -> Result<Page<Lease>, Error>;
+    /// The credentials of `account_id`, in `credential_id` order.
+    async fn list_credentials(&self, account_id: &str, page: &PageRequest) -> Result<Page<Credential>, Error>;
+    /// The credits of `account_id`, in `credit_id` order.
+    async fn list_credits(&self, account_id: &str, page: &PageRequest) -> Result<Page<CreditEntry>, Error>;
 
     /// Conservation of every account, the legacy-bound counts and, where the
     /// storage can hold them, rows that violate the database guards.

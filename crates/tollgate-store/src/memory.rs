@@ -20,8 +20,9 @@ use tollgate_core::ids::validate_label;
 use tollgate_core::ledger::{self, LeaseState};
 use tollgate_core::usage::{self, UsageView};
 use tollgate_core::{
-    Account, Credential, Error, EventOutcome, GrantPolicy, IngestError, KeyRoute, Lease, ReclaimPass, SecretHash,
-    UnitDomain, UsageEvent, check_conservation, route_credential_key, validate_id,
+    Account, Credential, CreditEntry, Error, EventOutcome, GrantPolicy, IngestError, KeyRoute, Lease, LeaseFilter,
+    Page, PageRequest, ReclaimPass, SecretHash, UnitDomain, UsageEvent, check_conservation, route_credential_key,
+    validate_id,
 };
 
 use crate::idempotency::{Claim, IDEMPOTENCY_PURGE_BATCH_MAX, Idempotency, Replayable, Request};
@@ -33,6 +34,7 @@ use crate::model::{
 use crate::secrets::{new_capability, new_credential_id, new_credential_key, new_lease_id};
 use crate::{Store, UsageSink};
 
+mod listings;
 mod records;
 
 use records::IdempotencyRecords;
@@ -93,8 +95,11 @@ struct State {
     /// Every account id once, so that lease records name their account by index.
     account_ids: Vec<String>,
     account_index: HashMap<String, u32>,
-    credits: HashMap<(String, String), u64>,
+    /// Ordered by `(account_id, credit_id)`, the credit listing's order.
+    credits: BTreeMap<(String, String), u64>,
     leases: HashMap<LeaseKey, LeaseRecord>,
+    /// Every lease by `(account index, key)`, the lease listing's order.
+    leases_by_account: BTreeSet<(u32, LeaseKey)>,
     /// Active leases by `(expiry, lease_id)`, the order reclaim picks due ones in.
     active_by_expiry: BTreeSet<(Timestamp, LeaseKey)>,
     active_per_account: HashMap<String, u64>,
@@ -102,6 +107,8 @@ struct State {
     recorded: HashMap<String, HashSet<String>>,
     credentials: HashMap<String, CredentialRecord>,
     credential_by_key: HashMap<SecretHash, String>,
+    /// Every credential by `(account_id, credential_id)`, the listing's order.
+    credentials_by_account: BTreeSet<(String, String)>,
     idempotency: IdempotencyRecords,
 }
 
@@ -215,6 +222,7 @@ impl State {
         let key = lease_key(&lease.lease_id).expect("lease ids come from new_lease_id");
         let account = *self.account_index.get(&lease.account_id).expect("leases are granted on stored accounts");
         self.active_by_expiry.insert((lease.expiry, key));
+        self.leases_by_account.insert((account, key));
         *self.active_per_account.entry(lease.account_id.clone()).or_default() += 1;
         let record = LeaseRecord {
             capability,
@@ -459,6 +467,7 @@ impl Store for MemoryStore {
             let key = new_credential_key(account_id);
             let credential = Credential::issued(new_credential_id(), account_id.to_owned(), label.to_owned(), now);
             state.credential_by_key.insert(key.hash(), credential.credential_id.clone());
+            state.credentials_by_account.insert((account_id.to_owned(), credential.credential_id.clone()));
             state.credentials.insert(
                 credential.credential_id.clone(),
                 CredentialRecord { credential: credential.clone(), key: key.hash() },
@@ -518,6 +527,27 @@ impl Store for MemoryStore {
         let state = self.lock();
         let record = state.account_credential(account_id, credential_id).ok_or(Error::CredentialNotFound)?;
         Ok(record.credential.clone())
+    }
+
+    async fn list_accounts(&self, prefix: &str, page: &PageRequest) -> Result<Page<AccountView>, Error> {
+        self.lock().accounts_page(prefix, page)
+    }
+
+    async fn list_leases(
+        &self,
+        account_id: &str,
+        filter: LeaseFilter,
+        page: &PageRequest,
+    ) -> Result<Page<Lease>, Error> {
+        self.lock().leases_page(account_id, filter, page)
+    }
+
+    async fn list_credentials(&self, account_id: &str, page: &PageRequest) -> Result<Page<Credential>, Error> {
+        self.lock().credentials_page(account_id, page)
+    }
+
+    async fn list_credits(&self, account_id: &str, page: &PageRequest) -> Result<Page<CreditEntry>, Error> {
+        self.lock().credits_page(account_id, page)
     }
 
     async fn check(&self) -> Result<CheckReport, Error> {
