@@ -124,6 +124,11 @@ impl Listing {
             Start::First => None,
             Start::After(mut key) => key.pop(),
         };
+        // No key holds NUL (identifiers are `[A-Za-z0-9._:-]`), and storage
+        // could not compare text that does: such a cursor was altered.
+        if after.as_deref().is_some_and(|key| key.contains('\0')) {
+            return Err(Error::InvalidCursor);
+        }
         Ok(Self { scope, after, limit: page.limit })
     }
 
@@ -165,6 +170,8 @@ mod tests {
         let next = Listing::leases("acme", LeaseFilter::All, &PageRequest::after(cursor.clone(), limit)).unwrap();
         assert_eq!(next.after(), Some("b"));
         assert!(next.is_after("c") && !next.is_after("b") && !next.is_after("a"));
+        let nul = Scope::new("credits", &["acme"]).cursor_after(&["a\0"]);
+        assert_eq!(Listing::credits("acme", &PageRequest::after(nul, limit)).unwrap_err(), Error::InvalidCursor);
         let active = LeaseFilter::State(LeaseState::Active);
         for other in [
             Listing::leases("acme", active, &PageRequest::after(cursor.clone(), limit)),

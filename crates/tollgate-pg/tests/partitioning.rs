@@ -51,6 +51,10 @@ const FOREIGN_CREDENTIALS: &str = "usage ingestion reads, unlocked, only the cre
      to reject those events as credential_account_mismatch rather than unknown_credential \
      (docs/rules.md); a batch whose credentials are its own accounts' never runs it";
 
+const ACCOUNT_LISTING: &str = "the operator's listing of accounts (an admin console's search by id \
+     prefix) reads every account in account_id order, one bounded page (LIMIT) after its cursor; each \
+     account's active lease count is a subquery by that account's id";
+
 /// Every statement of `src/store/sql.rs`, classified.
 fn classification() -> BTreeMap<&'static str, Class> {
     BTreeMap::from([
@@ -142,6 +146,10 @@ fn classification() -> BTreeMap<&'static str, Class> {
         ("RECORDED_KEY_SQL", Single { params: &[ACCOUNT, HASH] }),
         ("RECORD_KEY_SQL", Single { params: &[ACCOUNT, HASH, HASH] }),
         ("PURGE_KEYS_SQL", Global { why: PURGE }),
+        ("LIST_ACCOUNTS_SQL", Global { why: ACCOUNT_LISTING }),
+        ("LIST_LEASES_SQL", Single { params: &[ACCOUNT, ("text", "''"), ("text[]", "'{active,released}'"), INT8] }),
+        ("LIST_CREDENTIALS_SQL", Single { params: &[ACCOUNT, ("text", "''"), INT8] }),
+        ("LIST_CREDITS_SQL", Single { params: &[ACCOUNT, ("text", "''"), INT8] }),
     ])
 }
 

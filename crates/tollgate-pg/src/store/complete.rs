@@ -21,7 +21,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use tokio::sync::watch;
-use tollgate_core::{Credential, Error, EventOutcome, GrantPolicy, IngestError, Lease, UnitDomain, UsageEvent};
+use tollgate_core::{
+    Credential, CreditEntry, Error, EventOutcome, GrantPolicy, IngestError, Lease, LeaseFilter, Page, PageRequest,
+    UnitDomain, UsageEvent,
+};
 use tollgate_store::{
     AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, LeaseHandle,
     ReclaimReport, Released, StorageStatus, Store, UsageSink, Verification,
@@ -238,6 +241,31 @@ impl Store for PostgresStore {
     async fn credential(&self, account_id: &str, credential_id: &str) -> Result<Credential, Error> {
         let (account_id, credential_id) = (account_id.to_owned(), credential_id.to_owned());
         self.complete(move |e| async move { e.credential(&account_id, &credential_id).await }).await
+    }
+
+    async fn list_accounts(&self, prefix: &str, page: &PageRequest) -> Result<Page<AccountView>, Error> {
+        let (prefix, page) = (prefix.to_owned(), page.clone());
+        self.complete(move |e| async move { e.list_accounts(&prefix, &page).await }).await
+    }
+
+    async fn list_leases(
+        &self,
+        account_id: &str,
+        filter: LeaseFilter,
+        page: &PageRequest,
+    ) -> Result<Page<Lease>, Error> {
+        let (account_id, page) = (account_id.to_owned(), page.clone());
+        self.complete(move |e| async move { e.list_leases(&account_id, filter, &page).await }).await
+    }
+
+    async fn list_credentials(&self, account_id: &str, page: &PageRequest) -> Result<Page<Credential>, Error> {
+        let (account_id, page) = (account_id.to_owned(), page.clone());
+        self.complete(move |e| async move { e.list_credentials(&account_id, &page).await }).await
+    }
+
+    async fn list_credits(&self, account_id: &str, page: &PageRequest) -> Result<Page<CreditEntry>, Error> {
+        let (account_id, page) = (account_id.to_owned(), page.clone());
+        self.complete(move |e| async move { e.list_credits(&account_id, &page).await }).await
     }
 
     async fn check(&self) -> Result<CheckReport, Error> {

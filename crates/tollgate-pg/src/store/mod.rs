@@ -39,6 +39,7 @@ mod errors;
 mod guesses;
 mod idempotency;
 mod ingest;
+mod listings;
 mod load;
 mod locking;
 mod persist;
@@ -56,7 +57,8 @@ use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use sqlx::{PgConnection, PgPool};
 use tollgate_core::{
-    Credential, Error, EventOutcome, GrantPolicy, IngestError, InstantPair, Lease, ReclaimPass, UnitDomain, UsageEvent,
+    Credential, CreditEntry, Error, EventOutcome, GrantPolicy, IngestError, InstantPair, Lease, LeaseFilter, Page,
+    PageRequest, ReclaimPass, UnitDomain, UsageEvent,
 };
 use tollgate_store::{
     AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, LeaseHandle,
@@ -338,6 +340,27 @@ impl Store for Engine {
 
     async fn credential(&self, account_id: &str, credential_id: &str) -> Result<Credential, Error> {
         self.read_credential(account_id, credential_id).await
+    }
+
+    async fn list_accounts(&self, prefix: &str, page: &PageRequest) -> Result<Page<AccountView>, Error> {
+        self.accounts_page(prefix, page).await
+    }
+
+    async fn list_leases(
+        &self,
+        account_id: &str,
+        filter: LeaseFilter,
+        page: &PageRequest,
+    ) -> Result<Page<Lease>, Error> {
+        self.leases_page(account_id, filter, page).await
+    }
+
+    async fn list_credentials(&self, account_id: &str, page: &PageRequest) -> Result<Page<Credential>, Error> {
+        self.credentials_page(account_id, page).await
+    }
+
+    async fn list_credits(&self, account_id: &str, page: &PageRequest) -> Result<Page<CreditEntry>, Error> {
+        self.credits_page(account_id, page).await
     }
 
     async fn check(&self) -> Result<CheckReport, Error> {

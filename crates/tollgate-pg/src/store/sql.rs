@@ -599,5 +599,7 @@ pub(super) const PURGE_KEYS_SQL: &str = "DELETE FROM tollgate_idempotency_keys k
      ORDER BY e.expires_floor_us, e.expires_submicro_ns LIMIT $3 FOR UPDATE SKIP LOCKED) d \
      WHERE k.account_id = d.account_id AND k.lookup_id = d.lookup_id";
 
+mod listings;
+pub(super) use listings::{LIST_ACCOUNTS_SQL, LIST_CREDENTIALS_SQL, LIST_CREDITS_SQL, LIST_LEASES_SQL};
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,142 @@
+//! The listings: one statement per page, in key order after the cursor
+//! (`sql/listings.rs`), with the page rules of `tollgate_core::listings`.
+//!
+//! An empty page of a per-account listing may mean an unknown account, so
+//! only then is the account read as well. Accounts are never deleted, so a
+//! page that has rows needs no such read.
+
+use sqlx::FromRow;
+use tollgate_core::listings::account_prefix_can_match;
+use tollgate_core::{Credential, CreditEntry, Error, Lease, LeaseFilter, Listing, Page, PageRequest};
+use tollgate_store::AccountView;
+
+use super::Engine;
+use super::errors::{corrupt, db_i64, storable, storage_error};
+use super::rows::{AccountRow, CredentialRow, LeaseRow};
+use super::sql::{LIST_ACCOUNTS_SQL, LIST_CREDENTIALS_SQL, LIST_CREDITS_SQL, LIST_LEASES_SQL, READ_ACCOUNT_SQL};
+
+#[derive(FromRow)]
+struct AccountViewRow {
+    #[sqlx(flatten)]
+    account: AccountRow,
+    active_leases: i64,
+}
+
+#[derive(FromRow)]
+struct CreditRow {
+    credit_id: String,
+    units: i64,
+}
+
+fn account_key(view: &AccountView) -> &str {
+    &view.account.account_id
+}
+
+impl Engine {
+    /// The rows' bound: `limit + 1`, as the statements' `LIMIT`.
+    fn fetch(listing: &Listing) -> Result<i64, Error> {
+        db_i64(listing.fetch() as u64, "limit")
+    }
+
+    /// `account_not_found` unless the account exists; read only for an
+    /// empty page.
+    async fn existing(&self, account_id: &str, rows: usize) -> Result<(), Error> {
+        if rows > 0 {
+            return Ok(());
+        }
+        let found =
+            sqlx::query(READ_ACCOUNT_SQL).bind(account_id).fetch_optional(&self.pool).await.map_err(storage_error)?;
+        found.map(|_| ()).ok_or(Error::AccountNotFound)
+    }
+
+    pub(super) async fn accounts_page(&self, prefix: &str, page: &PageRequest) -> Result<Page<AccountView>, Error> {
+        let listing = Listing::accounts(prefix, page)?;
+        if !account_prefix_can_match(prefix) {
+            return Ok(listing.page(Vec::new(), account_key));
+        }
+        let rows: Vec<AccountViewRow> = sqlx::query_as(LIST_ACCOUNTS_SQL)
+            .bind(prefix)
+            .bind(listing.after().unwrap_or(""))
+            .bind(Self::fetch(&listing)?)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(storage_error)?;
+        let views = rows
+            .into_iter()
+            .map(|row| {
+                Ok(AccountView { account: row.account.decode()?, active_leases: row.active_leases.unsigned_abs() })
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        Ok(listing.page(views, account_key))
+    }
+
+    pub(super) async fn leases_page(
+        &self,
+        account_id: &str,
+        filter: LeaseFilter,
+        page: &PageRequest,
+    ) -> Result<Page<Lease>, Error> {
+        let listing = Listing::leases(account_id, filter, page)?;
+        if !storable(account_id) {
+            return Err(Error::AccountNotFound);
+        }
+        let states: Vec<&str> = filter.states().into_iter().map(|state| state.as_str()).collect();
+        let rows: Vec<LeaseRow> = sqlx::query_as(LIST_LEASES_SQL)
+            .bind(account_id)
+            .bind(listing.after().unwrap_or(""))
+            .bind(states)
+            .bind(Self::fetch(&listing)?)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(storage_error)?;
+        self.existing(account_id, rows.len()).await?;
+        let leases = rows.into_iter().map(|row| Ok(row.decode()?.lease)).collect::<Result<Vec<_>, Error>>()?;
+        Ok(listing.page(leases, |lease| lease.lease_id.as_str()))
+    }
+
+    pub(super) async fn credentials_page(
+        &self,
+        account_id: &str,
+        page: &PageRequest,
+    ) -> Result<Page<Credential>, Error> {
+        let listing = Listing::credentials(account_id, page)?;
+        if !storable(account_id) {
+            return Err(Error::AccountNotFound);
+        }
+        let rows: Vec<CredentialRow> = sqlx::query_as(LIST_CREDENTIALS_SQL)
+            .bind(account_id)
+            .bind(listing.after().unwrap_or(""))
+            .bind(Self::fetch(&listing)?)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(storage_error)?;
+        self.existing(account_id, rows.len()).await?;
+        let credentials =
+            rows.into_iter().map(|row| Ok(row.decode()?.credential)).collect::<Result<Vec<_>, Error>>()?;
+        Ok(listing.page(credentials, |credential| credential.credential_id.as_str()))
+    }
+
+    pub(super) async fn credits_page(&self, account_id: &str, page: &PageRequest) -> Result<Page<CreditEntry>, Error> {
+        let listing = Listing::credits(account_id, page)?;
+        if !storable(account_id) {
+            return Err(Error::AccountNotFound);
+        }
+        let rows: Vec<CreditRow> = sqlx::query_as(LIST_CREDITS_SQL)
+            .bind(account_id)
+            .bind(listing.after().unwrap_or(""))
+            .bind(Self::fetch(&listing)?)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(storage_error)?;
+        self.existing(account_id, rows.len()).await?;
+        let credits = rows
+            .into_iter()
+            .map(|row| {
+                let units = u64::try_from(row.units)
+                    .map_err(|_| corrupt(format!("credit {account_id}/{}: units is {}", row.credit_id, row.units)))?;
+                Ok(CreditEntry { credit_id: row.credit_id, units })
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        Ok(listing.page(credits, |credit| credit.credit_id.as_str()))
+    }
+}
