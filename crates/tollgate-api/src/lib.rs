@@ -16,7 +16,10 @@ use tollgate_store::{
 };
 use utoipa::ToSchema;
 
+mod listings;
 mod objects;
+
+pub use listings::{CreditBody, PageBody};
 
 use objects::object_only;
 

@@ -29,6 +29,8 @@ use crate::metrics::LeaseEvent;
 use crate::openapi;
 use crate::worker;
 
+mod listings;
+
 type ApiResult = Result<Response, ApiError>;
 
 /// Every route, registered and documented at once, grouped by the operator
@@ -45,7 +47,10 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(get_credential))
         .routes(routes!(revoke_credential))
         .routes(routes!(reclaim))
-        .routes(routes!(check));
+        .routes(routes!(check))
+        .routes(routes!(listings::list_accounts))
+        .routes(routes!(listings::list_credentials))
+        .routes(routes!(listings::list_credits));
     let gateway = OpenApiRouter::default()
         .routes(routes!(get_account))
         .routes(routes!(acquire))
@@ -53,7 +58,8 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(verify_credential))
         .routes(routes!(get_lease))
         .routes(routes!(release))
-        .routes(routes!(ingest));
+        .routes(routes!(ingest))
+        .routes(routes!(listings::list_leases));
     let public = OpenApiRouter::default()
         .routes(routes!(healthz))
         .routes(routes!(readyz))

@@ -7,7 +7,10 @@ use async_trait::async_trait;
 use axum::http::{Method, StatusCode};
 use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
-use tollgate_core::{Credential, Error, EventOutcome, GrantPolicy, IngestError, Lease, UnitDomain, UsageEvent};
+use tollgate_core::{
+    Credential, CreditEntry, Error, EventOutcome, GrantPolicy, IngestError, Lease, LeaseFilter, Page, PageRequest,
+    UnitDomain, UsageEvent,
+};
 use tollgate_server::Limits;
 use tollgate_store::{
     AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, LeaseHandle,
@@ -703,6 +706,18 @@ impl Store for FaultyStore {
         self.fail().await
     }
     async fn credential(&self, _: &str, _: &str) -> Result<Credential, Error> {
+        self.fail().await
+    }
+    async fn list_accounts(&self, _: &str, _: &PageRequest) -> Result<Page<AccountView>, Error> {
+        self.fail().await
+    }
+    async fn list_leases(&self, _: &str, _: LeaseFilter, _: &PageRequest) -> Result<Page<Lease>, Error> {
+        self.fail().await
+    }
+    async fn list_credentials(&self, _: &str, _: &PageRequest) -> Result<Page<Credential>, Error> {
+        self.fail().await
+    }
+    async fn list_credits(&self, _: &str, _: &PageRequest) -> Result<Page<CreditEntry>, Error> {
         self.fail().await
     }
     async fn check(&self) -> Result<CheckReport, Error> {
