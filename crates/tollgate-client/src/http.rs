@@ -27,7 +27,10 @@ use tollgate_api::{
 };
 use tollgate_core::{Secret, UsageEvent};
 
+mod listings;
 mod usage;
+
+pub use listings::{PageQuery, Pages};
 
 pub use usage::UNRECOGNISED_REASON;
 
@@ -501,14 +504,21 @@ impl TollgateClient {
         idempotency_key: Option<&str>,
     ) -> Result<(StatusCode, T), ClientError> {
         let (status, bytes) = self.send(method, segments, body, idempotency_key).await?;
-        let value = serde_json::from_slice(&bytes).map_err(|e| ClientError {
-            kind: ClientErrorKind::InvalidResponse,
-            status: Some(status.as_u16()),
-            code: "invalid_response".into(),
-            message: format!("HTTP {status} body is not the documented shape: {e}: {}", snippet(&bytes)),
-            retryable: false,
-        })?;
-        Ok((status, value))
+        decode(status, &bytes)
+    }
+
+    /// `GET` of a route with query parameters, each percent-encoded.
+    pub(crate) async fn get_with_query<T: DeserializeOwned>(
+        &self,
+        segments: &[&str],
+        query: &[(&str, &str)],
+    ) -> Result<T, ClientError> {
+        let mut url = self.url(segments);
+        if !query.is_empty() {
+            url.query_pairs_mut().extend_pairs(query);
+        }
+        let (status, bytes) = self.send_to(Method::GET, url, None::<&()>, None).await?;
+        decode(status, &bytes).map(|(_, value)| value)
     }
 
     /// Sends one request and reads the whole body; an error status becomes a
@@ -520,7 +530,18 @@ impl TollgateClient {
         body: Option<&B>,
         idempotency_key: Option<&str>,
     ) -> Result<(StatusCode, Vec<u8>), ClientError> {
-        let mut request = self.http.request(method, self.url(segments));
+        self.send_to(method, self.url(segments), body, idempotency_key).await
+    }
+
+    /// Like `send`, to a URL already built (with a query string, say).
+    async fn send_to<B: Serialize>(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<&B>,
+        idempotency_key: Option<&str>,
+    ) -> Result<(StatusCode, Vec<u8>), ClientError> {
+        let mut request = self.http.request(method, url);
         if let Some(authorization) = &self.authorization {
             request = request.header(reqwest::header::AUTHORIZATION, authorization.clone());
         }
@@ -557,6 +578,18 @@ impl TollgateClient {
         }
         if status.is_success() { Ok((status, bytes)) } else { Err(ClientError::of_response(status, &bytes)) }
     }
+}
+
+/// A success answer's body as `T`.
+fn decode<T: DeserializeOwned>(status: StatusCode, bytes: &[u8]) -> Result<(StatusCode, T), ClientError> {
+    let value = serde_json::from_slice(bytes).map_err(|e| ClientError {
+        kind: ClientErrorKind::InvalidResponse,
+        status: Some(status.as_u16()),
+        code: "invalid_response".into(),
+        message: format!("HTTP {status} body is not the documented shape: {e}: {}", snippet(bytes)),
+        retryable: false,
+    })?;
+    Ok((status, value))
 }
 
 #[cfg(test)]
