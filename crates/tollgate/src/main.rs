@@ -1,12 +1,15 @@
 //! `tollgate`: serve the HTTP API, migrate a database, or check one before
-//! resuming traffic.
+//! resuming traffic; and ask a running server (`accounts`, see `remote`).
 
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::too_many_lines))]
 
+mod accounts;
 mod check;
 mod config;
 mod migrate;
+mod remote;
 mod serve;
+mod table;
 
 use std::process::ExitCode;
 
@@ -37,6 +40,8 @@ enum Command {
     Migrate(migrate::MigrateArgs),
     /// Check storage, migrations, conservation, legacy bounds and guards.
     Check(check::CheckArgs),
+    /// List a running server's accounts with their counters.
+    Accounts(accounts::AccountsArgs),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +59,7 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve::run(*args).await,
             Command::Migrate(args) => migrate::run(args).await,
             Command::Check(args) => check::run(args).await,
+            Command::Accounts(args) => accounts::run(args).await,
         }
     });
     match result {

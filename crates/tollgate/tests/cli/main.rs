@@ -8,6 +8,7 @@ mod faults;
 mod load;
 mod memory;
 mod postgres;
+mod remote;
 mod startup;
 mod support;
 mod walk;
