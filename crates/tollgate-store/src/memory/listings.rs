@@ -9,16 +9,16 @@ use tollgate_core::{Credential, CreditEntry, Error, Lease, LeaseFilter, Listing,
 use super::{LeaseKey, State, lease_key};
 use crate::model::AccountView;
 
-/// The range of `(account, key)` pairs of one account strictly after the
-/// cursor's key, or all of them on a first page.
-fn account_range<K: Ord + Clone>(
-    account: K,
-    after: Option<String>,
-    first: String,
-) -> (Bound<(K, String)>, Bound<(K, String)>) {
+/// A range of `(account_id, key)` pairs.
+type KeyRange = (Bound<(String, String)>, Bound<(String, String)>);
+
+/// The pairs of one account strictly after the cursor's key, or all of them
+/// on a first page (every key follows `""`).
+fn account_range(account_id: &str, after: Option<&str>) -> KeyRange {
+    let account_id = account_id.to_owned();
     match after {
-        Some(after) => (Bound::Excluded((account, after)), Bound::Unbounded),
-        None => (Bound::Included((account, first)), Bound::Unbounded),
+        Some(after) => (Bound::Excluded((account_id, after.to_owned())), Bound::Unbounded),
+        None => (Bound::Included((account_id, String::new())), Bound::Unbounded),
     }
 }
 
@@ -76,7 +76,7 @@ impl State {
     pub(super) fn credentials_page(&self, account_id: &str, page: &PageRequest) -> Result<Page<Credential>, Error> {
         let listing = Listing::credentials(account_id, page)?;
         self.account(account_id)?;
-        let range = account_range(account_id.to_owned(), listing.after().map(str::to_owned), String::new());
+        let range = account_range(account_id, listing.after());
         let rows = self
             .credentials_by_account
             .range(range)
@@ -91,7 +91,7 @@ impl State {
     pub(super) fn credits_page(&self, account_id: &str, page: &PageRequest) -> Result<Page<CreditEntry>, Error> {
         let listing = Listing::credits(account_id, page)?;
         self.account(account_id)?;
-        let range = account_range(account_id.to_owned(), listing.after().map(str::to_owned), String::new());
+        let range = account_range(account_id, listing.after());
         let rows = self
             .credits
             .range(range)
