@@ -18,7 +18,6 @@ use utoipa::ToSchema;
 
 mod listings;
 mod objects;
-
 pub use listings::{CreditBody, PageBody};
 
 use objects::object_only;
