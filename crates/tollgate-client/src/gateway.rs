@@ -355,6 +355,7 @@ impl Gateway {
             occurred_at: now,
             lease_id: Some(lease.lease_id.clone()),
             fencing_token: Some(lease.fencing_token),
+            dimensions: Default::default(),
         };
         lease.last_recorded = self.writer.record_numbered(event)?;
         lease.spent += spend.units;

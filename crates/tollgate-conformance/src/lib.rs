@@ -63,6 +63,12 @@ macro_rules! conformance_suite {
             a_lease_under_another_account_is_not_found_and_nothing_changes,
             a_credential_under_another_account_is_not_found_and_stays_valid,
             a_key_whose_account_part_was_altered_is_unknown,
+            dimensions_are_validated_after_duplicates,
+            usage_windows_are_exact_to_the_nanosecond,
+            usage_before_the_epoch,
+            usage_groups_by_credential_lease_funding_and_dimension,
+            usage_refusals,
+            usage_exports_page_in_order,
         );
     };
     (@cases $factory:expr; $($case:ident),* $(,)?) => {
@@ -79,13 +85,18 @@ macro_rules! conformance_suite {
 mod tests {
     /// Every public case, as its source declares it.
     fn declared_cases() -> Vec<&'static str> {
-        [include_str!("cases.rs"), include_str!("cases/idempotent.rs"), include_str!("cases/scoped.rs")]
-            .into_iter()
-            .flat_map(str::lines)
-            .filter_map(|line| line.strip_prefix("pub async fn "))
-            .filter(|rest| rest.contains("<F: StoreFactory>"))
-            .filter_map(|rest| rest.split('<').next())
-            .collect()
+        [
+            include_str!("cases.rs"),
+            include_str!("cases/idempotent.rs"),
+            include_str!("cases/scoped.rs"),
+            include_str!("cases/usage_queries.rs"),
+        ]
+        .into_iter()
+        .flat_map(str::lines)
+        .filter_map(|line| line.strip_prefix("pub async fn "))
+        .filter(|rest| rest.contains("<F: StoreFactory>"))
+        .filter_map(|rest| rest.split('<').next())
+        .collect()
     }
 
     /// A case that `conformance_suite!` does not list never runs on any

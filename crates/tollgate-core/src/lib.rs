@@ -26,13 +26,11 @@ pub use ledger::{
     check_balances, check_conservation, settle,
 };
 pub use page::{Page, PageLimit, Scope, Start};
+pub use query::{ExportQuery, GroupBy, Range, UsageQuery, UsageReport, Window};
 pub use secret::{CREDENTIAL_KEY_PREFIX, KeyRoute, Secret, SecretHash, route_credential_key};
 pub use time::{GrantPolicy, InstantError, InstantPair, PolicyError, ReclaimPass};
 pub use units::UnitDomain;
-pub use query::{ExportQuery, GroupBy, Range, UsageQuery, UsageReport, Window};
-pub use usage::{
-    Dimensions, EventOutcome, IngestPlan, Outcome, RejectReason, UsageEvent, UsageSnapshot, UsageView,
-};
+pub use usage::{Dimensions, EventOutcome, IngestPlan, Outcome, RejectReason, UsageEvent, UsageSnapshot, UsageView};
 
 /// The largest number of events one usage batch may hold.
 pub const BATCH_EVENTS_MAX: usize = 10_000;

@@ -479,7 +479,10 @@ mod tests {
         let plan = classify(&batch, at(0), &policy(), UnitDomain::U64, &view).unwrap();
         let outcomes: Vec<_> = plan.outcomes.iter().map(|o| o.outcome).collect();
         let bad = Outcome::Rejected(RejectReason::InvalidDimensions);
-        assert_eq!(outcomes, [Outcome::Duplicate, bad, bad, bad, bad, bad, bad, bad, Outcome::Accepted, Outcome::Accepted]);
+        assert_eq!(
+            outcomes,
+            [Outcome::Duplicate, bad, bad, bad, bad, bad, bad, bad, Outcome::Accepted, Outcome::Accepted]
+        );
     }
 
     #[test]

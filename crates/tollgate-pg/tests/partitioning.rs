@@ -142,6 +142,15 @@ fn classification() -> BTreeMap<&'static str, Class> {
         ("RECORDED_KEY_SQL", Single { params: &[ACCOUNT, HASH] }),
         ("RECORD_KEY_SQL", Single { params: &[ACCOUNT, HASH, HASH] }),
         ("PURGE_KEYS_SQL", Global { why: PURGE }),
+        (
+            "USAGE_TOTALS_SQL",
+            Single { params: &[ACCOUNT, INT8, INT2, INT8, INT2, INT8, ("text", "'dimension'"), ("text", "'model'")] },
+        ),
+        ("USAGE_EVENTS_FIRST_SQL", Single { params: &[ACCOUNT, INT8, INT2, INT8, INT2, INT8] }),
+        (
+            "USAGE_EVENTS_AFTER_SQL",
+            Single { params: &[ACCOUNT, INT8, INT2, INT8, INT2, INT8, INT2, ("text", "'r-3'"), INT8] },
+        ),
     ])
 }
 

@@ -25,7 +25,10 @@ pub use secrets::{new_capability, new_credential_id, new_credential_key, new_lea
 
 use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
-use tollgate_core::{Credential, Error, EventOutcome, GrantPolicy, IngestError, Lease, UnitDomain, UsageEvent};
+use tollgate_core::{
+    Credential, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, Lease, Page, UnitDomain, UsageEvent,
+    UsageQuery, UsageReport,
+};
 
 /// Where usage goes. Implemented by every store and by the HTTP client, so that
 /// the usage writer works over either.
@@ -158,6 +161,15 @@ pub trait Store: UsageSink {
     /// The credential `credential_id` of `account_id`; one of another account
     /// is `credential_not_found`.
     async fn credential(&self, account_id: &str, credential_id: &str) -> Result<Credential, Error>;
+
+    /// The units and event counts of `account_id`'s accepted events in the
+    /// query's range, by bucket and group (`tollgate_core::query`);
+    /// `account_not_found` for an unknown account.
+    async fn usage(&self, account_id: &str, query: &UsageQuery) -> Result<UsageReport, Error>;
+    /// One page of `account_id`'s accepted events in the query's range, in
+    /// `(occurred_at, request_id)` order, after the query's cursor;
+    /// `account_not_found` for an unknown account.
+    async fn usage_events(&self, account_id: &str, query: &ExportQuery) -> Result<Page<UsageEvent>, Error>;
 
     /// Conservation of every account, the legacy-bound counts and, where the
     /// storage can hold them, rows that violate the database guards.

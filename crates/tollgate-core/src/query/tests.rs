@@ -51,7 +51,8 @@ fn buckets_use_floor_division_before_the_epoch() {
 
 #[test]
 fn bucket_count_includes_partial_windows_and_is_bounded() {
-    let query = |from: i128, to: i128, window| UsageQuery::new(Range::new(at(from), at(to)).unwrap(), window, GroupBy::Nothing);
+    let query =
+        |from: i128, to: i128, window| UsageQuery::new(Range::new(at(from), at(to)).unwrap(), window, GroupBy::Nothing);
     assert_eq!(query(0, MINUTE, Some(Window::Minute)).unwrap().bucket_count(), 1);
     assert_eq!(query(0, MINUTE + 1, Some(Window::Minute)).unwrap().bucket_count(), 2);
     assert_eq!(query(-1, 1, Some(Window::Minute)).unwrap().bucket_count(), 2);
@@ -74,13 +75,19 @@ fn bucket_count_includes_partial_windows_and_is_bounded() {
 fn parse_checks_fields_in_order() {
     let p = |from, to, window, group| UsageQuery::parse(from, to, window, group).map(|_| ());
     assert_eq!(p(None, Some("2026-01-01T00:00:00Z"), None, None), Err(Error::InvalidTimestamp { field: "from" }));
-    assert_eq!(p(Some("2026-01-01T00:00:00Z"), Some("yesterday"), None, None), Err(Error::InvalidTimestamp { field: "to" }));
+    assert_eq!(
+        p(Some("2026-01-01T00:00:00Z"), Some("yesterday"), None, None),
+        Err(Error::InvalidTimestamp { field: "to" })
+    );
     assert_eq!(
         p(Some("2026-01-01T00:00:00.1234567891Z"), Some("2026-01-02T00:00:00Z"), None, None),
         Err(Error::InvalidTimestamp { field: "from" })
     );
     assert_eq!(p(Some("2026-01-02T00:00:00Z"), Some("2026-01-01T00:00:00Z"), None, None), Err(Error::InvalidRange));
-    assert_eq!(p(Some("1969-12-31T23:59:59.999999999Z"), Some("1970-01-01T00:00:00Z"), Some("P1D"), Some("lease")), Ok(()));
+    assert_eq!(
+        p(Some("1969-12-31T23:59:59.999999999Z"), Some("1970-01-01T00:00:00Z"), Some("P1D"), Some("lease")),
+        Ok(())
+    );
 }
 
 #[test]
@@ -127,7 +134,8 @@ fn groupings_key_events() {
 
 #[test]
 fn export_cursors_resume_their_own_account_and_range() {
-    let q = ExportQuery::parse("a", Some("1970-01-01T00:00:00Z"), Some("1970-01-02T00:00:00Z"), None, Some("1")).unwrap();
+    let q =
+        ExportQuery::parse("a", Some("1970-01-01T00:00:00Z"), Some("1970-01-02T00:00:00Z"), None, Some("1")).unwrap();
     let page = q.page(vec![event("r1", 5, 1, None, None), event("r2", 5, 1, None, None)]);
     assert_eq!(page.items.len(), 1);
     let cursor = page.next_cursor.unwrap();
@@ -135,10 +143,12 @@ fn export_cursors_resume_their_own_account_and_range() {
     assert_eq!(next.after, Some((at(5), "r1".to_owned())));
     assert!(next.admits(at(5), "r2") && !next.admits(at(5), "r1") && next.admits(at(6), "a"));
     assert!(matches!(q.resume("b", &cursor), Err(Error::InvalidCursor)));
-    let other = ExportQuery::parse("a", Some("1970-01-01T00:00:00Z"), Some("1970-01-03T00:00:00Z"), Some(&cursor), None);
+    let other =
+        ExportQuery::parse("a", Some("1970-01-01T00:00:00Z"), Some("1970-01-03T00:00:00Z"), Some(&cursor), None);
     assert!(matches!(other, Err(Error::InvalidCursor)));
     for (limit, code) in [("0", "invalid_limit"), ("1001", "invalid_limit"), ("x", "invalid_limit")] {
-        let error = ExportQuery::parse("a", Some("1970-01-01T00:00:00Z"), Some("1970-01-02T00:00:00Z"), None, Some(limit));
+        let error =
+            ExportQuery::parse("a", Some("1970-01-01T00:00:00Z"), Some("1970-01-02T00:00:00Z"), None, Some(limit));
         assert_eq!(error.unwrap_err().code(), code);
     }
 }

@@ -21,7 +21,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use tokio::sync::watch;
-use tollgate_core::{Credential, Error, EventOutcome, GrantPolicy, IngestError, Lease, UnitDomain, UsageEvent};
+use tollgate_core::{
+    Credential, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, Lease, Page, UnitDomain, UsageEvent,
+    UsageQuery, UsageReport,
+};
 use tollgate_store::{
     AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, LeaseHandle,
     ReclaimReport, Released, StorageStatus, Store, UsageSink, Verification,
@@ -238,6 +241,16 @@ impl Store for PostgresStore {
     async fn credential(&self, account_id: &str, credential_id: &str) -> Result<Credential, Error> {
         let (account_id, credential_id) = (account_id.to_owned(), credential_id.to_owned());
         self.complete(move |e| async move { e.credential(&account_id, &credential_id).await }).await
+    }
+
+    async fn usage(&self, account_id: &str, query: &UsageQuery) -> Result<UsageReport, Error> {
+        let (account_id, query) = (account_id.to_owned(), query.clone());
+        self.complete(move |e| async move { e.usage(&account_id, &query).await }).await
+    }
+
+    async fn usage_events(&self, account_id: &str, query: &ExportQuery) -> Result<Page<UsageEvent>, Error> {
+        let (account_id, query) = (account_id.to_owned(), query.clone());
+        self.complete(move |e| async move { e.usage_events(&account_id, &query).await }).await
     }
 
     async fn check(&self) -> Result<CheckReport, Error> {

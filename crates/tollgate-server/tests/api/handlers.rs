@@ -705,6 +705,16 @@ impl Store for FaultyStore {
     async fn credential(&self, _: &str, _: &str) -> Result<Credential, Error> {
         self.fail().await
     }
+    async fn usage(&self, _: &str, _: &tollgate_core::UsageQuery) -> Result<tollgate_core::UsageReport, Error> {
+        self.fail().await
+    }
+    async fn usage_events(
+        &self,
+        _: &str,
+        _: &tollgate_core::ExportQuery,
+    ) -> Result<tollgate_core::Page<UsageEvent>, Error> {
+        self.fail().await
+    }
     async fn check(&self) -> Result<CheckReport, Error> {
         self.fail().await
     }
