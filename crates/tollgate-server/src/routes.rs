@@ -29,6 +29,8 @@ use crate::metrics::LeaseEvent;
 use crate::openapi;
 use crate::worker;
 
+mod usage;
+
 type ApiResult = Result<Response, ApiError>;
 
 /// Every route, registered and documented at once, grouped by the operator
@@ -53,7 +55,9 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(verify_credential))
         .routes(routes!(get_lease))
         .routes(routes!(release))
-        .routes(routes!(ingest));
+        .routes(routes!(ingest))
+        .routes(routes!(usage::get_usage))
+        .routes(routes!(usage::get_usage_events));
     let public = OpenApiRouter::default()
         .routes(routes!(healthz))
         .routes(routes!(readyz))

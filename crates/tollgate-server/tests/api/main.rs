@@ -10,4 +10,5 @@ mod idempotency;
 mod openapi;
 mod scoped;
 mod support;
+mod usage_queries;
 mod worker;
