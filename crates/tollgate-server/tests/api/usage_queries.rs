@@ -114,10 +114,7 @@ async fn a_report_lists_every_bucket_with_decimal_totals() {
     let whole = app
         .ok(As::Gateway, Method::GET, &format!("/v1/accounts/acme/usage?from={FROM}&to={TO}"), None, StatusCode::OK)
         .await;
-    assert_eq!(
-        whole["buckets"][0]["groups"],
-        json!([{"key": null, "units": u64::MAX.to_string(), "events": "3"}])
-    );
+    assert_eq!(whole["buckets"][0]["groups"], json!([{"key": null, "units": u64::MAX.to_string(), "events": "3"}]));
 }
 
 #[tokio::test]
