@@ -28,6 +28,9 @@ use tollgate_api::{
 use tollgate_core::{Secret, UsageEvent};
 
 mod usage;
+mod usage_queries;
+
+pub use usage_queries::{NdjsonEvents, UsageEventPages, UsageQueryParams};
 
 pub use usage::UNRECOGNISED_REASON;
 
