@@ -7,6 +7,8 @@
 
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::too_many_lines))]
 
+use std::collections::BTreeMap;
+
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 use tollgate_core::{Credential, Error, EventOutcome, IngestError, Lease, Outcome, Settlement, UsageEvent, Violation};
@@ -19,6 +21,11 @@ use utoipa::ToSchema;
 mod listings;
 mod objects;
 pub use listings::{CreditBody, PageBody};
+mod usage_queries;
+
+pub use usage_queries::{
+    ExportedEventBody, UsageBucketBody, UsageEventsPage, UsageGroupBody, UsageReportBody, UsageTotalsBody,
+};
 
 use objects::object_only;
 
@@ -319,6 +326,13 @@ pub struct UsageEventBody {
     pub lease_id: Option<String>,
     #[serde(default)]
     pub fencing_token: Option<u64>,
+    /// At most 8 pairs; keys 1 to 64 characters of `a-z 0-9 _ . -`, values 1
+    /// to 256 characters without NUL. Absent means none. An event outside this
+    /// rule is not refused with the batch: its outcome is `rejected` with
+    /// `invalid_dimensions`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schema(value_type = Option<BTreeMap<String, String>>)]
+    pub dimensions: BTreeMap<String, String>,
 }
 
 impl From<UsageEventBody> for UsageEvent {
@@ -331,6 +345,7 @@ impl From<UsageEventBody> for UsageEvent {
             occurred_at: e.occurred_at,
             lease_id: e.lease_id,
             fencing_token: e.fencing_token,
+            dimensions: e.dimensions,
         }
     }
 }
@@ -345,6 +360,7 @@ impl From<&UsageEvent> for UsageEventBody {
             occurred_at: e.occurred_at,
             lease_id: e.lease_id.clone(),
             fencing_token: e.fencing_token,
+            dimensions: e.dimensions.clone(),
         }
     }
 }

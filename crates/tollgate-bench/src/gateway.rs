@@ -213,6 +213,7 @@ impl Worker {
             occurred_at: Timestamp::now(),
             lease_id: Some(lease.lease_id.clone()),
             fencing_token: Some(lease.fencing_token),
+            dimensions: Default::default(),
         }
     }
 

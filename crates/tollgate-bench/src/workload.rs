@@ -92,6 +92,7 @@ impl BatchMaker {
                 occurred_at: now(),
                 lease_id: leased.then(|| funding.lease_id.clone()),
                 fencing_token: leased.then_some(funding.fencing_token),
+                dimensions: Default::default(),
             });
         }
         events.append(&mut self.previous);

@@ -97,6 +97,7 @@ async fn main() -> Result<(), AnyError> {
     let (mut served, mut refused) = (0u64, 0u64);
     for n in 0..requests {
         let spend = Spend {
+            dimensions: Default::default(),
             account_id: account_id.clone(),
             credential_id: credential_id.clone(),
             request_id: format!("example-{run}-{n}"),

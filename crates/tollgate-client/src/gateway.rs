@@ -20,7 +20,7 @@ use jiff::{SignedDuration, Timestamp};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tollgate_api::{LeaseBody, LeaseHandleBody, ReleaseResponse};
-use tollgate_core::{Secret, UsageEvent};
+use tollgate_core::{Dimensions, Secret, UsageEvent};
 
 use crate::http::{ClientError, ClientErrorKind, TollgateClient};
 use crate::stats::WriterStats;
@@ -103,6 +103,9 @@ pub struct Spend {
     /// Unique per account forever: the idempotency key of the event.
     pub request_id: String,
     pub units: u64,
+    /// What the spend is about (`{"model": "gpt-4o"}`), reported with its
+    /// event; see `UsageEvent::dimensions` for the rule.
+    pub dimensions: Dimensions,
 }
 
 /// Where a spend was charged.
@@ -355,6 +358,7 @@ impl Gateway {
             occurred_at: now,
             lease_id: Some(lease.lease_id.clone()),
             fencing_token: Some(lease.fencing_token),
+            dimensions: spend.dimensions,
         };
         lease.last_recorded = self.writer.record_numbered(event)?;
         lease.spent += spend.units;

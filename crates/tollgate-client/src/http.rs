@@ -29,6 +29,9 @@ use tollgate_core::{Secret, UsageEvent};
 
 mod listings;
 mod usage;
+mod usage_queries;
+
+pub use usage_queries::{NdjsonEvents, UsageEventPages, UsageQueryParams};
 
 pub use listings::{PageQuery, Pages};
 

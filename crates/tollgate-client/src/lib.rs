@@ -29,7 +29,8 @@ pub use gateway::{
 };
 pub use http::{
     ClientBuildError, ClientConfig, ClientError, ClientErrorKind, Credited, MUTATION_ATTEMPTS_MAX,
-    MUTATION_BACKOFF_INITIAL_MAX, PageQuery, Pages, RESPONSE_BYTES_MAX, TollgateClient, UNRECOGNISED_REASON,
+    MUTATION_BACKOFF_INITIAL_MAX, NdjsonEvents, PageQuery, Pages, RESPONSE_BYTES_MAX, TollgateClient,
+    UNRECOGNISED_REASON, UsageEventPages, UsageQueryParams,
 };
 pub use stats::{LossReason, LossReport, Tally, WriterStats};
 pub use writer::{Clock, LossCallback, RecordError, UsageWriter, WriterBuilder, WriterStopped};

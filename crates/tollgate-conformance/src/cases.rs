@@ -11,9 +11,11 @@ use crate::support::*;
 mod idempotent;
 mod listings;
 mod scoped;
+mod usage_queries;
 pub use idempotent::*;
 pub use listings::*;
 pub use scoped::*;
+pub use usage_queries::*;
 
 /// An ordinary instant with a nanosecond fraction.
 const T0: i128 = 1_700_000_000_123_456_789;

@@ -119,6 +119,7 @@ pub fn leased(
         occurred_at,
         lease_id: Some(lease.lease.lease_id.clone()),
         fencing_token: Some(lease.lease.fencing_token),
+        dimensions: Default::default(),
     }
 }
 
@@ -138,5 +139,6 @@ pub fn overage(
         occurred_at,
         lease_id: None,
         fencing_token: None,
+        dimensions: Default::default(),
     }
 }

@@ -13,6 +13,7 @@ pub mod ids;
 pub mod ledger;
 pub mod listings;
 pub mod page;
+pub mod query;
 pub mod secret;
 pub mod time;
 pub mod units;
@@ -27,10 +28,11 @@ pub use ledger::{
 };
 pub use listings::{CreditEntry, LeaseFilter, Listing, PageRequest};
 pub use page::{Page, PageLimit, Scope, Start};
+pub use query::{ExportQuery, GroupBy, Range, UsageQuery, UsageReport, Window};
 pub use secret::{CREDENTIAL_KEY_PREFIX, KeyRoute, Secret, SecretHash, route_credential_key};
 pub use time::{GrantPolicy, InstantError, InstantPair, PolicyError, ReclaimPass};
 pub use units::UnitDomain;
-pub use usage::{EventOutcome, IngestPlan, Outcome, RejectReason, UsageEvent, UsageSnapshot, UsageView};
+pub use usage::{Dimensions, EventOutcome, IngestPlan, Outcome, RejectReason, UsageEvent, UsageSnapshot, UsageView};
 
 /// The largest number of events one usage batch may hold.
 pub const BATCH_EVENTS_MAX: usize = 10_000;

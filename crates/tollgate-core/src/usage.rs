@@ -7,6 +7,9 @@
 //!    duplicate.
 //! 2. Otherwise an invalid event is rejected with a reason. A rejected event does
 //!    not claim its request ID; a corrected event with that ID can be accepted.
+//!    Dimensions are payload too: a replay with other dimensions is a
+//!    duplicate, and an invalid set ([`dimensions_are_valid`]) is rejected
+//!    with `invalid_dimensions`.
 //! 3. Otherwise it is accepted. Only accepted events change lease usage, the
 //!    account's `billed` and `overage`, and credential activity.
 //!
@@ -36,6 +39,36 @@ pub struct UsageEvent {
     pub occurred_at: Timestamp,
     pub lease_id: Option<String>,
     pub fencing_token: Option<u64>,
+    /// What the event is about (`{"model": "gpt-4o"}`), for grouping usage;
+    /// empty when the reporter named none.
+    pub dimensions: Dimensions,
+}
+
+/// An event's dimensions, in key order.
+pub type Dimensions = BTreeMap<String, String>;
+
+/// The most dimensions one event may carry.
+pub const DIMENSIONS_MAX: usize = 8;
+/// The longest dimension key, in characters.
+pub const DIMENSION_KEY_CHARS_MAX: usize = 64;
+/// The longest dimension value, in characters.
+pub const DIMENSION_VALUE_CHARS_MAX: usize = 256;
+
+/// Whether `key` may name a dimension: 1 to 64 characters of `a-z 0-9 _ . -`.
+pub fn is_valid_dimension_key(key: &str) -> bool {
+    let allowed = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'.' | b'-');
+    (1..=DIMENSION_KEY_CHARS_MAX).contains(&key.len()) && key.as_bytes().iter().all(allowed)
+}
+
+/// Whether `value` may be a dimension's value: 1 to 256 characters, no NUL.
+pub fn is_valid_dimension_value(value: &str) -> bool {
+    (1..=DIMENSION_VALUE_CHARS_MAX).contains(&value.chars().count()) && !value.contains('\0')
+}
+
+/// Whether `dimensions` is a valid set: at most 8 pairs, each key and value valid.
+pub fn dimensions_are_valid(dimensions: &Dimensions) -> bool {
+    dimensions.len() <= DIMENSIONS_MAX
+        && dimensions.iter().all(|(key, value)| is_valid_dimension_key(key) && is_valid_dimension_value(value))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -51,10 +84,11 @@ pub enum RejectReason {
     FenceMismatch,
     LeaseNotActive,
     LeaseExpired,
+    InvalidDimensions,
 }
 
 impl RejectReason {
-    pub const ALL: [RejectReason; 11] = [
+    pub const ALL: [RejectReason; 12] = [
         RejectReason::InvalidRequestId,
         RejectReason::UnitsOutOfRange,
         RejectReason::UnknownAccount,
@@ -66,6 +100,7 @@ impl RejectReason {
         RejectReason::FenceMismatch,
         RejectReason::LeaseNotActive,
         RejectReason::LeaseExpired,
+        RejectReason::InvalidDimensions,
     ];
 
     pub fn code(self) -> &'static str {
@@ -81,6 +116,7 @@ impl RejectReason {
             RejectReason::FenceMismatch => "fence_mismatch",
             RejectReason::LeaseNotActive => "lease_not_active",
             RejectReason::LeaseExpired => "lease_expired",
+            RejectReason::InvalidDimensions => "invalid_dimensions",
         }
     }
 
@@ -217,6 +253,9 @@ fn validate<'v>(
     if !domain.contains(event.units) {
         return Err(RejectReason::UnitsOutOfRange);
     }
+    if !dimensions_are_valid(&event.dimensions) {
+        return Err(RejectReason::InvalidDimensions);
+    }
     let account = view.account(&event.account_id).ok_or(RejectReason::UnknownAccount)?;
     let credential = view.credential(&event.credential_id).ok_or(RejectReason::UnknownCredential)?;
     if credential.account_id != event.account_id {
@@ -315,6 +354,7 @@ mod tests {
             occurred_at: at(5),
             lease_id: None,
             fencing_token: None,
+            dimensions: Dimensions::new(),
         }
     }
 
@@ -403,6 +443,46 @@ mod tests {
         credential.accepted_units = 0;
         credential.accepted_events = max;
         assert_eq!(run(&view, &[event("e", 0)]), Err(IngestError::Refused { counter: "credential_accepted_events" }));
+    }
+
+    #[test]
+    fn dimensions_are_validated_after_duplicates() {
+        let mut view = snapshot();
+        view.recorded.insert(("a".into(), "old".into()));
+        let with = |request_id: &str, pairs: &[(&str, &str)]| {
+            let mut e = event(request_id, 1);
+            e.dimensions = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+            e
+        };
+        let long_key = "k".repeat(65);
+        let long_value = "é".repeat(257);
+        let eight: Vec<(String, String)> = (0..8).map(|i| (format!("k{i}"), "v".to_owned())).collect();
+        let mut nine = eight.clone();
+        nine.push(("k8".into(), "v".into()));
+        let as_refs = |pairs: &[(String, String)]| pairs.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let mut too_many = event("n", 1);
+        too_many.dimensions = as_refs(&nine);
+        let mut most = event("m", 1);
+        most.dimensions = as_refs(&eight);
+        let batch = [
+            with("old", &[("BAD", "x")]),
+            with("a", &[("Model", "x")]),
+            with("b", &[("", "x")]),
+            with("c", &[(&long_key, "x")]),
+            with("d", &[("model", "")]),
+            with("e", &[("model", "nul\0")]),
+            with("f", &[("model", &long_value)]),
+            too_many,
+            with("a", &[("model.name_1-x", &"é".repeat(256)), (&"k".repeat(64), "v")]),
+            most,
+        ];
+        let plan = classify(&batch, at(0), &policy(), UnitDomain::U64, &view).unwrap();
+        let outcomes: Vec<_> = plan.outcomes.iter().map(|o| o.outcome).collect();
+        let bad = Outcome::Rejected(RejectReason::InvalidDimensions);
+        assert_eq!(
+            outcomes,
+            [Outcome::Duplicate, bad, bad, bad, bad, bad, bad, bad, Outcome::Accepted, Outcome::Accepted]
+        );
     }
 
     #[test]

@@ -150,6 +150,15 @@ fn classification() -> BTreeMap<&'static str, Class> {
         ("LIST_LEASES_SQL", Single { params: &[ACCOUNT, ("text", "''"), ("text[]", "'{active,released}'"), INT8] }),
         ("LIST_CREDENTIALS_SQL", Single { params: &[ACCOUNT, ("text", "''"), INT8] }),
         ("LIST_CREDITS_SQL", Single { params: &[ACCOUNT, ("text", "''"), INT8] }),
+        (
+            "USAGE_TOTALS_SQL",
+            Single { params: &[ACCOUNT, INT8, INT2, INT8, INT2, INT8, ("text", "'dimension'"), ("text", "'model'")] },
+        ),
+        ("USAGE_EVENTS_FIRST_SQL", Single { params: &[ACCOUNT, INT8, INT2, INT8, INT2, INT8] }),
+        (
+            "USAGE_EVENTS_AFTER_SQL",
+            Single { params: &[ACCOUNT, INT8, INT2, INT8, INT2, INT8, INT2, ("text", "'r-3'"), INT8] },
+        ),
     ])
 }
 

@@ -61,6 +61,7 @@ fn event(
         occurred_at: ts(T0),
         lease_id: lease.map(|l| l.lease.lease_id.clone()),
         fencing_token: lease.map(|l| l.lease.fencing_token),
+        dimensions: Default::default(),
     }
 }
 

@@ -731,6 +731,7 @@ async fn a_restart_after_the_upgrade_keeps_every_balance_lease_event_and_marker(
                 occurred_at: now,
                 lease_id: None,
                 fencing_token: None,
+                dimensions: Default::default(),
             }],
             now,
         )

@@ -189,6 +189,7 @@ async fn legacy_grants_are_reclaimed_exactly_at_their_upper_bound_plus_grace() {
             occurred_at: at,
             lease_id: Some(id.to_owned()),
             fencing_token: Some(fence),
+            dimensions: Default::default(),
         };
         let before = timestamp(deadline_ns - 1);
         let at = timestamp(deadline_ns);

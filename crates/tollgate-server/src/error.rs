@@ -27,6 +27,10 @@ pub enum ApiError {
     InvalidRequest(String),
     /// A path segment could not be decoded.
     InvalidPath(String),
+    /// The query string names a parameter twice, one the route does not
+    /// take, or a value outside its set (a value's own rule, such as a
+    /// timestamp's, has its own code).
+    InvalidQuery(String),
     /// The body is larger than the server accepts.
     PayloadTooLarge { bytes_max: usize },
     /// The request did not finish within the per-request timeout.
@@ -81,9 +85,10 @@ impl ApiError {
             ApiError::Ingest(error) => status_of_ingest(error),
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden => StatusCode::FORBIDDEN,
-            ApiError::InvalidJson(_) | ApiError::InvalidRequest(_) | ApiError::InvalidPath(_) => {
-                StatusCode::BAD_REQUEST
-            }
+            ApiError::InvalidJson(_)
+            | ApiError::InvalidRequest(_)
+            | ApiError::InvalidPath(_)
+            | ApiError::InvalidQuery(_) => StatusCode::BAD_REQUEST,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Timeout | ApiError::NotReady(_) | ApiError::ClockSkew(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
@@ -108,6 +113,7 @@ impl ApiError {
                 ErrorBody::new("invalid_request", format!("request body has the wrong shape: {message}"), false)
             }
             ApiError::InvalidPath(message) => ErrorBody::new("invalid_path", message.clone(), false),
+            ApiError::InvalidQuery(message) => ErrorBody::new("invalid_query", message.clone(), false),
             ApiError::PayloadTooLarge { bytes_max } => {
                 ErrorBody::new("payload_too_large", format!("request body exceeds {bytes_max} bytes"), false)
             }

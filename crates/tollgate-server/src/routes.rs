@@ -30,6 +30,7 @@ use crate::openapi;
 use crate::worker;
 
 mod listings;
+mod usage;
 
 type ApiResult = Result<Response, ApiError>;
 
@@ -59,7 +60,9 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(get_lease))
         .routes(routes!(release))
         .routes(routes!(ingest))
-        .routes(routes!(listings::list_leases));
+        .routes(routes!(listings::list_leases))
+        .routes(routes!(usage::get_usage))
+        .routes(routes!(usage::get_usage_events));
     let public = OpenApiRouter::default()
         .routes(routes!(healthz))
         .routes(routes!(readyz))

@@ -26,8 +26,8 @@ pub use secrets::{new_capability, new_credential_id, new_credential_key, new_lea
 use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use tollgate_core::{
-    Credential, CreditEntry, Error, EventOutcome, GrantPolicy, IngestError, Lease, LeaseFilter, Page, PageRequest,
-    UnitDomain, UsageEvent,
+    Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, Lease, LeaseFilter, Page,
+    PageRequest, UnitDomain, UsageEvent, UsageQuery, UsageReport,
 };
 
 /// Where usage goes. Implemented by every store and by the HTTP client, so that
@@ -180,6 +180,15 @@ pub trait Store: UsageSink {
     async fn list_credentials(&self, account_id: &str, page: &PageRequest) -> Result<Page<Credential>, Error>;
     /// The credits of `account_id`, in `credit_id` order.
     async fn list_credits(&self, account_id: &str, page: &PageRequest) -> Result<Page<CreditEntry>, Error>;
+
+    /// The units and event counts of `account_id`'s accepted events in the
+    /// query's range, by bucket and group (`tollgate_core::query`);
+    /// `account_not_found` for an unknown account.
+    async fn usage(&self, account_id: &str, query: &UsageQuery) -> Result<UsageReport, Error>;
+    /// One page of `account_id`'s accepted events in the query's range, in
+    /// `(occurred_at, request_id)` order, after the query's cursor;
+    /// `account_not_found` for an unknown account.
+    async fn usage_events(&self, account_id: &str, query: &ExportQuery) -> Result<Page<UsageEvent>, Error>;
 
     /// Conservation of every account, the legacy-bound counts and, where the
     /// storage can hold them, rows that violate the database guards.

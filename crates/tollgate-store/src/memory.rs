@@ -11,7 +11,7 @@
 //! only when an operation needs one. Loading is the only thing that changes; the
 //! core still decides everything.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -20,9 +20,9 @@ use tollgate_core::ids::validate_label;
 use tollgate_core::ledger::{self, LeaseState};
 use tollgate_core::usage::{self, UsageView};
 use tollgate_core::{
-    Account, Credential, CreditEntry, Error, EventOutcome, GrantPolicy, IngestError, KeyRoute, Lease, LeaseFilter,
-    Page, PageRequest, ReclaimPass, SecretHash, UnitDomain, UsageEvent, check_conservation, route_credential_key,
-    validate_id,
+    Account, Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, KeyRoute, Lease,
+    LeaseFilter, Page, PageRequest, ReclaimPass, SecretHash, UnitDomain, UsageEvent, UsageQuery, UsageReport,
+    check_conservation, route_credential_key, validate_id,
 };
 
 use crate::idempotency::{Claim, IDEMPOTENCY_PURGE_BATCH_MAX, Idempotency, Replayable, Request};
@@ -34,9 +34,11 @@ use crate::model::{
 use crate::secrets::{new_capability, new_credential_id, new_credential_key, new_lease_id};
 use crate::{Store, UsageSink};
 
+mod events;
 mod listings;
 mod records;
 
+use events::EventLog;
 use records::IdempotencyRecords;
 
 const DOMAIN: UnitDomain = UnitDomain::U64;
@@ -103,8 +105,8 @@ struct State {
     /// Active leases by `(expiry, lease_id)`, the order reclaim picks due ones in.
     active_by_expiry: BTreeSet<(Timestamp, LeaseKey)>,
     active_per_account: HashMap<String, u64>,
-    /// Accepted request IDs per account, kept forever.
-    recorded: HashMap<String, HashSet<String>>,
+    /// Accepted events per account, kept forever.
+    events: EventLog,
     credentials: HashMap<String, CredentialRecord>,
     credential_by_key: HashMap<SecretHash, String>,
     /// Every credential by `(account_id, credential_id)`, the listing's order.
@@ -279,7 +281,7 @@ impl<'a> BatchView<'a> {
 
 impl UsageView for BatchView<'_> {
     fn is_recorded(&self, account_id: &str, request_id: &str) -> bool {
-        self.state.recorded.get(account_id).is_some_and(|ids| ids.contains(request_id))
+        self.state.events.is_recorded(account_id, request_id)
     }
 
     fn account(&self, account_id: &str) -> Option<&Account> {
@@ -301,8 +303,7 @@ impl UsageSink for MemoryStore {
         let mut state = self.lock();
         let plan = usage::classify(&batch, now, &self.policy, DOMAIN, &BatchView::new(&state, &batch))?;
         for index in plan.accepted {
-            let event = &batch[index];
-            state.recorded.entry(event.account_id.clone()).or_default().insert(event.request_id.clone());
+            state.events.record(&batch[index]);
         }
         for (account_id, account) in plan.accounts {
             state.accounts.insert(account_id, account);
@@ -548,6 +549,14 @@ impl Store for MemoryStore {
 
     async fn list_credits(&self, account_id: &str, page: &PageRequest) -> Result<Page<CreditEntry>, Error> {
         self.lock().credits_page(account_id, page)
+    }
+
+    async fn usage(&self, account_id: &str, query: &UsageQuery) -> Result<UsageReport, Error> {
+        self.lock().usage(account_id, query)
+    }
+
+    async fn usage_events(&self, account_id: &str, query: &ExportQuery) -> Result<Page<UsageEvent>, Error> {
+        self.lock().usage_events(account_id, query)
     }
 
     async fn check(&self) -> Result<CheckReport, Error> {

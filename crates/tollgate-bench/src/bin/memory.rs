@@ -99,6 +99,7 @@ fn main() {
                     occurred_at: now(),
                     lease_id: None,
                     fencing_token: None,
+                    dimensions: Default::default(),
                 }
             })
             .collect();

@@ -354,6 +354,7 @@ pub(super) mod tests {
             occurred_at: Timestamp::UNIX_EPOCH,
             lease_id: None,
             fencing_token: None,
+            dimensions: Default::default(),
         }
     }
 

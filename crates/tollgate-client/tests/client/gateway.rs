@@ -36,6 +36,7 @@ async fn a_gateway_spends_locally_renews_and_releases_with_exact_billing() {
         let units = n % 7;
         let receipt = gateway
             .spend(Spend {
+                dimensions: Default::default(),
                 account_id: tenants[which].account_id.clone(),
                 credential_id: tenants[which].credential_id.clone(),
                 request_id: format!("gw-{n}"),
@@ -87,6 +88,7 @@ async fn a_gateway_spends_locally_renews_and_releases_with_exact_billing() {
     // After shutdown the gateway takes no more spends.
     let closed = gateway
         .spend(Spend {
+            dimensions: Default::default(),
             account_id: tenants[0].account_id.clone(),
             credential_id: tenants[0].credential_id.clone(),
             request_id: "late".into(),
@@ -105,6 +107,7 @@ async fn a_spend_beyond_the_balance_is_refused_and_nothing_is_recorded() {
     let config = GatewayConfig { lease_units: 40, ..GatewayConfig::default() };
     let gateway = Gateway::new(server.gateway(), writer.clone(), config).unwrap();
     let spend = |request_id: &str, units| Spend {
+        dimensions: Default::default(),
         account_id: tenant.account_id.clone(),
         credential_id: tenant.credential_id.clone(),
         request_id: request_id.to_owned(),
@@ -143,6 +146,7 @@ async fn a_lease_shorter_than_the_renew_margin_is_not_renewed_on_every_spend() {
     let mut leases = std::collections::BTreeSet::new();
     for n in 0..20 {
         let spend = Spend {
+            dimensions: Default::default(),
             account_id: tenant.account_id.clone(),
             credential_id: tenant.credential_id.clone(),
             request_id: format!("short-{n}"),
@@ -168,6 +172,7 @@ async fn slots_of_accounts_without_a_lease_are_forgotten() {
         Gateway::new(server.gateway(), writer, GatewayConfig { lease_units: 10, ..GatewayConfig::default() }).unwrap();
     for n in 0..50 {
         let spend = Spend {
+            dimensions: Default::default(),
             account_id: format!("acct-missing-{n}"),
             credential_id: tenant.credential_id.clone(),
             request_id: format!("missing-{n}"),
@@ -179,6 +184,7 @@ async fn slots_of_accounts_without_a_lease_are_forgotten() {
     }
     assert_eq!(gateway.accounts_tracked(), 0);
     let spend = Spend {
+        dimensions: Default::default(),
         account_id: tenant.account_id.clone(),
         credential_id: tenant.credential_id.clone(),
         request_id: "held".into(),

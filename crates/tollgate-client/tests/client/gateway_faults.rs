@@ -62,6 +62,7 @@ impl Rig {
     fn next_spend(&mut self, units: u64) -> Spend {
         self.requests += 1;
         Spend {
+            dimensions: Default::default(),
             account_id: self.tenant.account_id.clone(),
             credential_id: self.tenant.credential_id.clone(),
             request_id: format!("req-{}", self.requests),
@@ -212,6 +213,7 @@ async fn renewal_with_one_failing_account(postgres: bool) {
     let other = Tenant::create(&rig.server.admin(), "acct-renew-b", 1_000).await;
     rig.spend_ok(5, 1).await;
     let other_spend = |n: u64| Spend {
+        dimensions: Default::default(),
         account_id: other.account_id.clone(),
         credential_id: other.credential_id.clone(),
         request_id: format!("other-{n}"),
@@ -264,6 +266,7 @@ async fn top_up_while_another_accounts_usage_is_held(postgres: bool) {
     // applied but not answered until released.
     rig.proxy.add(Rule { method: "POST", path: "/v1/usage", nth: 1, count: 1_000, fault: Fault::HoldAnswer });
     let other_spend = Spend {
+        dimensions: Default::default(),
         account_id: other.account_id.clone(),
         credential_id: other.credential_id.clone(),
         request_id: "other-1".into(),

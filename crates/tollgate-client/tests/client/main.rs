@@ -18,5 +18,6 @@ mod postgres;
 mod retries;
 mod routes;
 mod support;
+mod usage_queries;
 mod writer;
 mod writer_faults;

@@ -139,6 +139,7 @@ impl Tenant {
             occurred_at: Timestamp::now(),
             lease_id: None,
             fencing_token: None,
+            dimensions: Default::default(),
         }
     }
 
@@ -146,6 +147,7 @@ impl Tenant {
         UsageEvent {
             lease_id: Some(lease_id.to_owned()),
             fencing_token: Some(fencing_token),
+            dimensions: Default::default(),
             ..self.overage(request_id, units)
         }
     }

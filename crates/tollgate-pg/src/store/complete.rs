@@ -22,8 +22,8 @@ use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use tokio::sync::watch;
 use tollgate_core::{
-    Credential, CreditEntry, Error, EventOutcome, GrantPolicy, IngestError, Lease, LeaseFilter, Page, PageRequest,
-    UnitDomain, UsageEvent,
+    Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, Lease, LeaseFilter, Page,
+    PageRequest, UnitDomain, UsageEvent, UsageQuery, UsageReport,
 };
 use tollgate_store::{
     AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, LeaseHandle,
@@ -266,6 +266,16 @@ impl Store for PostgresStore {
     async fn list_credits(&self, account_id: &str, page: &PageRequest) -> Result<Page<CreditEntry>, Error> {
         let (account_id, page) = (account_id.to_owned(), page.clone());
         self.complete(move |e| async move { e.list_credits(&account_id, &page).await }).await
+    }
+
+    async fn usage(&self, account_id: &str, query: &UsageQuery) -> Result<UsageReport, Error> {
+        let (account_id, query) = (account_id.to_owned(), query.clone());
+        self.complete(move |e| async move { e.usage(&account_id, &query).await }).await
+    }
+
+    async fn usage_events(&self, account_id: &str, query: &ExportQuery) -> Result<Page<UsageEvent>, Error> {
+        let (account_id, query) = (account_id.to_owned(), query.clone());
+        self.complete(move |e| async move { e.usage_events(&account_id, &query).await }).await
     }
 
     async fn check(&self) -> Result<CheckReport, Error> {

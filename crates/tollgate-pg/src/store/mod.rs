@@ -50,6 +50,7 @@ mod sql;
 mod statements;
 mod tx;
 mod unlocked;
+mod usage_queries;
 
 use std::sync::Arc;
 
@@ -57,8 +58,8 @@ use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use sqlx::{PgConnection, PgPool};
 use tollgate_core::{
-    Credential, CreditEntry, Error, EventOutcome, GrantPolicy, IngestError, InstantPair, Lease, LeaseFilter, Page,
-    PageRequest, ReclaimPass, UnitDomain, UsageEvent,
+    Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, InstantPair, Lease,
+    LeaseFilter, Page, PageRequest, ReclaimPass, UnitDomain, UsageEvent, UsageQuery, UsageReport,
 };
 use tollgate_store::{
     AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, LeaseHandle,
@@ -336,6 +337,14 @@ impl Store for Engine {
 
     async fn lease(&self, account_id: &str, lease_id: &str) -> Result<Lease, Error> {
         self.read_lease(account_id, lease_id).await
+    }
+
+    async fn usage(&self, account_id: &str, query: &UsageQuery) -> Result<UsageReport, Error> {
+        self.usage_report(account_id, query).await
+    }
+
+    async fn usage_events(&self, account_id: &str, query: &ExportQuery) -> Result<Page<UsageEvent>, Error> {
+        self.usage_events_page(account_id, query).await
     }
 
     async fn credential(&self, account_id: &str, credential_id: &str) -> Result<Credential, Error> {

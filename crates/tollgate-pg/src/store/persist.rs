@@ -7,6 +7,7 @@ use tollgate_core::{Account, COUNTERS, Credential, Error, InstantPair, Lease, Se
 use super::errors::{corrupt, db_i64, storage_error};
 use super::rows::counters;
 use super::sql::PERSIST_SQL;
+use super::usage_queries::dimensions_json;
 
 /// Everything one operation decided, written by one statement.
 #[derive(Default)]
@@ -81,7 +82,9 @@ pub(super) async fn persist(conn: &mut PgConnection, changes: &Changes<'_>) -> R
         // The accounts of the existing leases and of the credentials, which
         // their updates name with their ids.
         .bind(l.iter().map(|x| x.account_id.clone()).collect::<Vec<_>>())
-        .bind(c.iter().map(|x| x.account_id.clone()).collect::<Vec<_>>());
+        .bind(c.iter().map(|x| x.account_id.clone()).collect::<Vec<_>>())
+        // $37: each event's dimensions as JSON text, NULL for none (migration 0021).
+        .bind(e.iter().map(|x| dimensions_json(&x.dimensions)).collect::<Result<Vec<_>, _>>()?);
 
     let written = query.fetch_one(&mut *conn).await.map_err(storage_error)?;
     let expected = (a.len(), l.len(), g.len(), c.len(), e.len());

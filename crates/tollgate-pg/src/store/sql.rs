@@ -355,13 +355,13 @@ WITH accounts AS (
     RETURNING 1
 ), events AS (
     INSERT INTO tollgate_usage_events (account_id, request_id, credential_id, units,
-        occurred_at_floor_us, occurred_at_submicro_ns, lease_id, fencing_token)
+        occurred_at_floor_us, occurred_at_submicro_ns, lease_id, fencing_token, dimensions)
     SELECT u.account_id, u.request_id, u.credential_id, u.units, u.occurred_at_floor_us,
-        u.occurred_at_submicro_ns, u.lease_id, u.fencing_token
+        u.occurred_at_submicro_ns, u.lease_id, u.fencing_token, u.dimensions::jsonb
     FROM unnest($27::text[], $28::text[], $29::text[], $30::int8[], $31::int8[], $32::int2[],
-                $33::text[], $34::int8[])
+                $33::text[], $34::int8[], $37::text[])
         AS u(account_id, request_id, credential_id, units, occurred_at_floor_us,
-             occurred_at_submicro_ns, lease_id, fencing_token)
+             occurred_at_submicro_ns, lease_id, fencing_token, dimensions)
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM accounts), (SELECT count(*) FROM leases),
@@ -603,3 +603,6 @@ mod listings;
 pub(super) use listings::{LIST_ACCOUNTS_SQL, LIST_CREDENTIALS_SQL, LIST_CREDITS_SQL, LIST_LEASES_SQL};
 #[cfg(test)]
 mod tests;
+
+mod usage_queries;
+pub(super) use usage_queries::{USAGE_EVENTS_AFTER_SQL, USAGE_EVENTS_FIRST_SQL, USAGE_TOTALS_SQL};

@@ -68,7 +68,7 @@ fn documented_routes() -> Vec<(Method, String, Option<bool>)> {
 async fn every_route_enforces_its_role() {
     let app = App::new();
     let routes = documented_routes();
-    assert_eq!(routes.iter().filter(|(_, _, role)| role.is_some()).count(), 18, "{routes:?}");
+    assert_eq!(routes.iter().filter(|(_, _, role)| role.is_some()).count(), 20, "{routes:?}");
     for (method, path, admin_only) in routes {
         let Some(admin_only) = admin_only else {
             let (status, _) = app.call(As::Nobody, method.clone(), &path, None).await;
@@ -718,6 +718,12 @@ impl Store for FaultyStore {
         self.fail().await
     }
     async fn list_credits(&self, _: &str, _: &PageRequest) -> Result<Page<CreditEntry>, Error> {
+        self.fail().await
+    }
+    async fn usage(&self, _: &str, _: &tollgate_core::UsageQuery) -> Result<tollgate_core::UsageReport, Error> {
+        self.fail().await
+    }
+    async fn usage_events(&self, _: &str, _: &tollgate_core::ExportQuery) -> Result<Page<UsageEvent>, Error> {
         self.fail().await
     }
     async fn check(&self) -> Result<CheckReport, Error> {

@@ -11,4 +11,5 @@ mod listings;
 mod openapi;
 mod scoped;
 mod support;
+mod usage_queries;
 mod worker;

@@ -1,0 +1,115 @@
+//! Usage queries and exports: each one statement on one account's events,
+//! after checking the account exists. The core validated the query, and its
+//! `Aggregation` turns the statement's grouped sums into the same report the
+//! memory store builds event by event.
+
+use tollgate_core::query::{Aggregation, ExportQuery, GroupBy, UsageQuery, UsageReport};
+use tollgate_core::{Dimensions, Error, InstantPair, Page, UsageEvent};
+
+use super::Engine;
+use super::errors::{corrupt, storable, storage_error};
+use super::sql::{USAGE_EVENTS_AFTER_SQL, USAGE_EVENTS_FIRST_SQL, USAGE_TOTALS_SQL};
+
+/// An event's dimensions as the JSON text its column stores; `None` (NULL)
+/// for none.
+pub(super) fn dimensions_json(dimensions: &Dimensions) -> Result<Option<String>, Error> {
+    if dimensions.is_empty() {
+        return Ok(None);
+    }
+    serde_json::to_string(dimensions).map(Some).map_err(|e| corrupt(format!("dimensions: {e}")))
+}
+
+fn dimensions_of(text: Option<String>) -> Result<Dimensions, Error> {
+    match text {
+        None => Ok(Dimensions::new()),
+        Some(text) => serde_json::from_str(&text).map_err(|e| corrupt(format!("stored dimensions {text}: {e}"))),
+    }
+}
+
+/// `(bucket, group key, units, events)`, the sums as decimal text.
+type TotalsRow = (i64, Option<String>, String, String);
+
+/// An exported event's columns.
+type EventRow = (String, String, i64, i64, i16, Option<String>, Option<i64>, Option<String>);
+
+fn decimal(text: &str) -> Result<u128, Error> {
+    text.parse().map_err(|_| corrupt(format!("usage total {text} is not a nonnegative 128-bit integer")))
+}
+
+fn event_of(account_id: &str, row: EventRow) -> Result<UsageEvent, Error> {
+    let (request_id, credential_id, units, floor_us, submicro_ns, lease_id, fencing_token, dimensions) = row;
+    let negative = |column: &str| corrupt(format!("usage event {request_id}: negative {column}"));
+    Ok(UsageEvent {
+        units: u64::try_from(units).map_err(|_| negative("units"))?,
+        occurred_at: InstantPair::decode(floor_us, i64::from(submicro_ns))
+            .map_err(|e| corrupt(format!("usage event {request_id}: {e}")))?,
+        fencing_token: fencing_token.map(u64::try_from).transpose().map_err(|_| negative("fencing_token"))?,
+        dimensions: dimensions_of(dimensions)?,
+        account_id: account_id.to_owned(),
+        request_id,
+        credential_id,
+        lease_id,
+    })
+}
+
+impl Engine {
+    pub(super) async fn usage_report(&self, account_id: &str, query: &UsageQuery) -> Result<UsageReport, Error> {
+        self.view(account_id).await?;
+        let (from, to) = (InstantPair::encode(query.range.from), InstantPair::encode(query.range.to));
+        let (grouping, key) = match &query.group_by {
+            GroupBy::Nothing => ("none", None),
+            GroupBy::Credential => ("credential", None),
+            GroupBy::Lease => ("lease", None),
+            GroupBy::Funding => ("funding", None),
+            GroupBy::Dimension(key) => ("dimension", Some(key.as_str())),
+        };
+        let rows: Vec<TotalsRow> = sqlx::query_as(USAGE_TOTALS_SQL)
+            .bind(account_id)
+            .bind(from.floor_us)
+            .bind(from.submicro_ns)
+            .bind(to.floor_us)
+            .bind(to.submicro_ns)
+            .bind(query.window.map(|window| window.micros()))
+            .bind(grouping)
+            .bind(key)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(storage_error)?;
+        let mut aggregation = Aggregation::new(query);
+        for (bucket, key, units, events) in rows {
+            aggregation.add(bucket, key, decimal(&units)?, decimal(&events)?)?;
+        }
+        aggregation.finish()
+    }
+
+    pub(super) async fn usage_events_page(
+        &self,
+        account_id: &str,
+        query: &ExportQuery,
+    ) -> Result<Page<UsageEvent>, Error> {
+        self.view(account_id).await?;
+        let (from, to) = (InstantPair::encode(query.range.from), InstantPair::encode(query.range.to));
+        let rows = i64::from(query.limit.get()) + 1;
+        let statement = match &query.after {
+            None => sqlx::query_as(USAGE_EVENTS_FIRST_SQL),
+            Some(_) => sqlx::query_as(USAGE_EVENTS_AFTER_SQL),
+        };
+        let mut statement = statement
+            .bind(account_id)
+            .bind(from.floor_us)
+            .bind(from.submicro_ns)
+            .bind(to.floor_us)
+            .bind(to.submicro_ns);
+        if let Some((at, request_id)) = &query.after {
+            // A request id with NUL was never accepted; such a cursor is no position.
+            if !storable(request_id) {
+                return Err(Error::InvalidCursor);
+            }
+            let after = InstantPair::encode(*at);
+            statement = statement.bind(after.floor_us).bind(after.submicro_ns).bind(request_id.clone());
+        }
+        let rows: Vec<EventRow> = statement.bind(rows).fetch_all(&self.pool).await.map_err(storage_error)?;
+        let events = rows.into_iter().map(|row| event_of(account_id, row)).collect::<Result<Vec<_>, _>>()?;
+        Ok(query.page(events))
+    }
+}

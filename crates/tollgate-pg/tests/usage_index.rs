@@ -1,0 +1,67 @@
+//! The usage read side's statements use the index migration 0021 created,
+//! shown by the plan PostgreSQL chooses, not by timing.
+
+use serde_json::Value;
+use sqlx::{Connection, PgConnection, Row};
+use tollgate_pg::testing::{TestDb, store_statements};
+
+/// Forty accounts of five hundred events each, spread over a day, so that a
+/// sequential scan is plainly the worse plan for one account's hour.
+const POPULATE: &str = "
+    INSERT INTO tollgate_accounts (account_id, credited, available, reserved, next_fence)
+        SELECT 'acct-' || i, 0, 0, 0, 1 FROM generate_series(0, 39) i;
+    INSERT INTO tollgate_credentials (credential_id, account_id, label, key_hash,
+        created_floor_us, created_submicro_ns)
+        SELECT 'cred-' || i, 'acct-' || i, 'gateway', decode(lpad(to_hex(i), 4, '0'), 'hex'), 0, 0
+        FROM generate_series(0, 39) i;
+    INSERT INTO tollgate_usage_events (account_id, request_id, credential_id, units,
+        occurred_at_floor_us, occurred_at_submicro_ns, dimensions)
+        SELECT 'acct-' || i, 'r-' || n, 'cred-' || i, 1, n::int8 * 172800000, 0, '{\"model\": \"m\"}'
+        FROM generate_series(0, 39) i, generate_series(0, 499) n;
+    ANALYZE;
+";
+
+fn index_names(plan: &Value, out: &mut Vec<String>) {
+    if let Some(name) = plan["Index Name"].as_str() {
+        out.push(name.to_owned());
+    }
+    for child in plan["Plans"].as_array().into_iter().flatten() {
+        index_names(child, out);
+    }
+}
+
+#[tokio::test]
+async fn usage_statements_scan_the_occurred_at_index() {
+    let db = TestDb::create_migrated().await;
+    sqlx::raw_sql(POPULATE).execute(db.pool()).await.expect("populate");
+    let mut conn = PgConnection::connect_with(&db.connect_options()).await.expect("connection");
+    sqlx::raw_sql("SET plan_cache_mode = force_generic_plan").execute(&mut conn).await.expect("generic plans");
+    let statements: std::collections::BTreeMap<&str, &str> = store_statements().iter().copied().collect();
+    // One account's first hour, by minute and dimension; then its pages.
+    let cases = [
+        (
+            "USAGE_TOTALS_SQL",
+            "int8, int2, int8, int2, int8, text, text",
+            "0, 0, 3600000000, 0, 60000000, 'dimension', 'model'",
+        ),
+        ("USAGE_EVENTS_FIRST_SQL", "int8, int2, int8, int2, int8", "0, 0, 3600000000, 0, 101"),
+        (
+            "USAGE_EVENTS_AFTER_SQL",
+            "int8, int2, int8, int2, int8, int2, text, int8",
+            "0, 0, 3600000000, 0, 0, 0, 'r-0', 101",
+        ),
+    ];
+    for (i, (name, types, values)) in cases.into_iter().enumerate() {
+        let prepare = format!("PREPARE s{i} (text, {types}) AS {}", statements[name]);
+        sqlx::raw_sql(sqlx::AssertSqlSafe(prepare)).execute(&mut conn).await.expect("prepare");
+        let explain = format!("EXPLAIN (FORMAT JSON) EXECUTE s{i} ('acct-7', {values})");
+        let row = sqlx::raw_sql(sqlx::AssertSqlSafe(explain)).fetch_one(&mut conn).await.expect("explain");
+        let text = row.try_get_raw(0).expect("plan").as_str().expect("plan text").to_owned();
+        let json: Value = serde_json::from_str(&text).expect("plan JSON");
+        let mut indexes = Vec::new();
+        index_names(&json[0]["Plan"], &mut indexes);
+        assert_eq!(indexes, ["tollgate_usage_events_occurred"], "{name}: {text}");
+    }
+    drop(conn);
+    db.drop_now().await;
+}

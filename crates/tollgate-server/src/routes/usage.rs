@@ -1,0 +1,182 @@
+//! The usage read side: totals by window and group, and the export of
+//! accepted events as JSON pages or one NDJSON stream.
+//!
+//! Query strings are read here, not by axum's `Query`: a parameter named
+//! twice or one these routes do not take is `400 invalid_query`, and every
+//! value is checked by the core's parsers, so each bad value answers its own
+//! typed code (`invalid_timestamp`, `invalid_range`, `invalid_window`,
+//! `invalid_group_by`, `too_many_buckets`, `invalid_limit`,
+//! `invalid_cursor`), never a 500 or a plain-text rejection.
+
+use axum::body::{Body, Bytes};
+use axum::extract::{RawQuery, State};
+use axum::http::StatusCode;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::{IntoResponse, Response};
+use tollgate_api::{ErrorBody, ExportedEventBody, UsageEventsPage, UsageReportBody};
+use tollgate_core::query::{ExportQuery, UsageQuery};
+use tollgate_core::{Error, Page, PageLimit, UsageEvent};
+
+use crate::AppState;
+use crate::auth::GatewayAuth;
+use crate::error::ApiError;
+use crate::extract::ApiPath;
+
+type ApiResult = Result<Response, ApiError>;
+
+/// The media type of the streamed export.
+pub(crate) const NDJSON: &str = "application/x-ndjson";
+
+/// The values of a query string, by the names a route takes.
+struct Params<'n> {
+    names: &'n [&'static str],
+    values: Vec<Option<String>>,
+}
+
+impl<'n> Params<'n> {
+    fn parse(query: Option<&str>, names: &'n [&'static str]) -> Result<Self, ApiError> {
+        let mut values = vec![None; names.len()];
+        for (name, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+            let Some(index) = names.iter().position(|known| *known == name) else {
+                return Err(ApiError::InvalidQuery(format!("unknown query parameter {name:?}")));
+            };
+            if values[index].replace(value.into_owned()).is_some() {
+                return Err(ApiError::InvalidQuery(format!("query parameter {name} is given twice")));
+            }
+        }
+        Ok(Self { names, values })
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        let index = self.names.iter().position(|known| *known == name)?;
+        self.values[index].as_deref()
+    }
+}
+
+/// Units and event counts of an account's accepted events in `[from, to)`,
+/// by UTC-aligned window and by group.
+///
+/// The answer lists every bucket the range spans in time order, empty ones
+/// included, each clipped to the range, so the buckets tile `[from, to)`;
+/// each holds its nonempty groups. Totals are decimal strings.
+#[utoipa::path(
+    get, path = "/v1/accounts/{account_id}/usage", tag = "usage",
+    params(
+        ("account_id" = String, Path),
+        ("from" = String, Query, description = "RFC 3339, up to 9 fractional digits; included"),
+        ("to" = String, Query, description = "RFC 3339, up to 9 fractional digits; excluded; after `from`"),
+        ("window" = Option<String>, Query, description = "`PT1M`, `PT1H` or `P1D` (UTC-aligned); omitted: one bucket"),
+        ("group_by" = Option<String>, Query, description = "`credential`, `lease`, `funding` or `dimension:KEY`; omitted: one group"),
+    ),
+    responses(
+        (status = 200, description = "Every bucket of the range, in time order, and the total", body = UsageReportBody),
+        (status = 400, description = "`invalid_timestamp`, `invalid_range`, `invalid_window`, `invalid_group_by`, \
+            `too_many_buckets` (more than 10 000 windows) or `invalid_query`", body = ErrorBody),
+        (status = 404, description = "`account_not_found`", body = ErrorBody),
+        (status = 503, description = "`storage_unavailable`", body = ErrorBody),
+    ),
+)]
+pub(crate) async fn get_usage(
+    _: GatewayAuth,
+    State(state): State<AppState>,
+    ApiPath(account_id): ApiPath<String>,
+    RawQuery(query): RawQuery,
+) -> ApiResult {
+    let params = Params::parse(query.as_deref(), &["from", "to", "window", "group_by"])?;
+    let query = UsageQuery::parse(params.get("from"), params.get("to"), params.get("window"), params.get("group_by"))?;
+    let report = state.store().usage(&account_id, &query).await?;
+    Ok((StatusCode::OK, axum::Json(UsageReportBody::from(&report))).into_response())
+}
+
+/// An account's accepted events in `[from, to)`, in `(occurred_at,
+/// request_id)` order (request ids compared byte by byte).
+///
+/// By default one page of at most `limit` events and the cursor of the
+/// next page (`null` on the last); a cursor is valid only for the same
+/// account, `from` and `to`. Events accepted while a client pages never
+/// make it skip or repeat one. With `format=ndjson` the whole range (after
+/// `cursor`, if given) streams as `application/x-ndjson`, one event object
+/// per line, read from storage page by page; a storage failure in the
+/// middle ends the stream early without its final chunk, which HTTP clients
+/// report as an incomplete body.
+#[utoipa::path(
+    get, path = "/v1/accounts/{account_id}/usage/events", tag = "usage",
+    params(
+        ("account_id" = String, Path),
+        ("from" = String, Query, description = "RFC 3339, up to 9 fractional digits; included"),
+        ("to" = String, Query, description = "RFC 3339, up to 9 fractional digits; excluded; after `from`"),
+        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
+        ("limit" = Option<u32>, Query, description = "1 to 1000, default 100; the page size (JSON only)"),
+        ("format" = Option<String>, Query, description = "`json` (default): one page; `ndjson`: the whole range, streamed"),
+    ),
+    responses(
+        (status = 200, description = "A page of events, or with `format=ndjson` one event per line", body = UsageEventsPage,
+            content(
+                (UsageEventsPage = "application/json"),
+                (ExportedEventBody = "application/x-ndjson"),
+            )),
+        (status = 400, description = "`invalid_timestamp`, `invalid_range`, `invalid_limit`, `invalid_cursor` or \
+            `invalid_query`", body = ErrorBody),
+        (status = 404, description = "`account_not_found`", body = ErrorBody),
+        (status = 503, description = "`storage_unavailable`", body = ErrorBody),
+    ),
+)]
+pub(crate) async fn get_usage_events(
+    _: GatewayAuth,
+    State(state): State<AppState>,
+    ApiPath(account_id): ApiPath<String>,
+    RawQuery(query): RawQuery,
+) -> ApiResult {
+    let params = Params::parse(query.as_deref(), &["from", "to", "cursor", "limit", "format"])?;
+    let streamed = match params.get("format") {
+        None | Some("json") => false,
+        Some("ndjson") => true,
+        Some(other) => return Err(ApiError::InvalidQuery(format!("format must be json or ndjson, not {other:?}"))),
+    };
+    let (from, to, cursor) = (params.get("from"), params.get("to"), params.get("cursor"));
+    if !streamed {
+        let query = ExportQuery::parse(&account_id, from, to, cursor, params.get("limit"))?;
+        let page = state.store().usage_events(&account_id, &query).await?;
+        let body = UsageEventsPage {
+            items: page.items.iter().map(ExportedEventBody::from).collect(),
+            next_cursor: page.next_cursor,
+        };
+        return Ok((StatusCode::OK, axum::Json(body)).into_response());
+    }
+    let query = ExportQuery::parse(&account_id, from, to, cursor, Some(&PageLimit::MAX.to_string()))?;
+    // The first page is read before answering, so that an unknown account or
+    // an unavailable store is a proper error status, not a broken stream.
+    let first = state.store().usage_events(&account_id, &query).await?;
+    let stream = futures_util::stream::unfold(Some((state, account_id, query, Some(first))), next_chunk);
+    Ok(([(CONTENT_TYPE, NDJSON)], Body::from_stream(stream)).into_response())
+}
+
+/// What the stream holds between chunks: how to read the next page, and
+/// that page when it was already read; `None` once the last page was sent.
+type Pending = Option<(AppState, String, ExportQuery, Option<Page<UsageEvent>>)>;
+
+/// Reads a page unless it was read already, and sends it as lines.
+async fn next_chunk(pending: Pending) -> Option<(Result<Bytes, Error>, Pending)> {
+    let (state, account_id, query, page) = pending?;
+    let page = match page {
+        Some(page) => page,
+        None => match state.store().usage_events(&account_id, &query).await {
+            Ok(page) => page,
+            Err(error) => return Some((Err(error), None)),
+        },
+    };
+    let mut chunk = Vec::new();
+    for event in &page.items {
+        // An event body always serialises: strings, integers and a map of strings.
+        if serde_json::to_writer(&mut chunk, &ExportedEventBody::from(event)).is_err() {
+            return Some((Err(Error::StorageCorrupt("an event did not serialise".into())), None));
+        }
+        chunk.push(b'\n');
+    }
+    let next = match page.next_cursor.map(|cursor| query.resume(&account_id, &cursor)) {
+        None => None,
+        Some(Ok(next)) => Some((state, account_id, next, None)),
+        Some(Err(error)) => return Some((Err(error), None)),
+    };
+    Some((Ok(Bytes::from(chunk)), next))
+}

@@ -1,0 +1,113 @@
+//! The accepted usage events of the memory store, kept so that it can answer
+//! usage queries and exports, and so that a replay is recognised.
+//!
+//! Each account's events sit in one ordered map keyed by
+//! `(occurred_at, request_id)`, the export order, so a range or a page is one
+//! range scan; a second map from request id to instant answers "was this id
+//! accepted?". An event is kept compactly: its account is the map it sits in,
+//! its lease as the 128-bit key of the id this store issued, and its
+//! dimensions only when it has any.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
+
+use jiff::Timestamp;
+use tollgate_core::query::{Aggregation, ExportQuery, UsageQuery, UsageReport};
+use tollgate_core::{Dimensions, Error, Page, UsageEvent};
+
+use super::{LeaseKey, State, lease_id_of, lease_key};
+
+/// An accepted event without its account, instant and request id (its keys).
+struct StoredEvent {
+    credential_id: Box<str>,
+    units: u64,
+    /// The lease and fence of a leased event. Accepted leased events always
+    /// name a lease this store issued, whose id is a `LeaseKey`.
+    funding: Option<(LeaseKey, u64)>,
+    dimensions: Option<Box<Dimensions>>,
+}
+
+#[derive(Default)]
+struct AccountEvents {
+    by_order: BTreeMap<(Timestamp, Box<str>), StoredEvent>,
+    by_request: HashMap<Box<str>, Timestamp>,
+}
+
+/// Every accepted event, by account.
+#[derive(Default)]
+pub(super) struct EventLog {
+    accounts: HashMap<String, AccountEvents>,
+}
+
+impl EventLog {
+    /// Whether `(account_id, request_id)` was accepted.
+    pub(super) fn is_recorded(&self, account_id: &str, request_id: &str) -> bool {
+        self.accounts.get(account_id).is_some_and(|events| events.by_request.contains_key(request_id))
+    }
+
+    /// Keeps an event the core accepted.
+    pub(super) fn record(&mut self, event: &UsageEvent) {
+        let funding = match (&event.lease_id, event.fencing_token) {
+            (Some(lease_id), Some(fence)) => lease_key(lease_id).map(|key| (key, fence)),
+            _ => None,
+        };
+        let stored = StoredEvent {
+            credential_id: event.credential_id.as_str().into(),
+            units: event.units,
+            funding,
+            dimensions: (!event.dimensions.is_empty()).then(|| Box::new(event.dimensions.clone())),
+        };
+        let events = self.accounts.entry(event.account_id.clone()).or_default();
+        events.by_request.insert(event.request_id.as_str().into(), event.occurred_at);
+        events.by_order.insert((event.occurred_at, event.request_id.as_str().into()), stored);
+    }
+
+    /// `account_id`'s events from `start` (exclusive when `after`) up to `to`, in order.
+    fn scan<'a>(
+        &'a self,
+        account_id: &'a str,
+        start: Bound<(Timestamp, Box<str>)>,
+        to: Timestamp,
+    ) -> impl Iterator<Item = UsageEvent> + 'a {
+        let end = Bound::Excluded((to, Box::<str>::from("")));
+        self.accounts.get(account_id).into_iter().flat_map(move |events| {
+            events.by_order.range((start.clone(), end.clone())).map(move |((at, request_id), stored)| UsageEvent {
+                request_id: request_id.to_string(),
+                account_id: account_id.to_owned(),
+                credential_id: stored.credential_id.to_string(),
+                units: stored.units,
+                occurred_at: *at,
+                lease_id: stored.funding.map(|(key, _)| lease_id_of(key)),
+                fencing_token: stored.funding.map(|(_, fence)| fence),
+                dimensions: stored.dimensions.as_deref().cloned().unwrap_or_default(),
+            })
+        })
+    }
+}
+
+impl State {
+    pub(super) fn usage(&self, account_id: &str, query: &UsageQuery) -> Result<UsageReport, Error> {
+        self.account(account_id)?;
+        let mut aggregation = Aggregation::new(query);
+        let start = Bound::Included((query.range.from, Box::<str>::from("")));
+        for event in self.events.scan(account_id, start, query.range.to) {
+            aggregation.add_event(&event)?;
+        }
+        aggregation.finish()
+    }
+
+    pub(super) fn usage_events(&self, account_id: &str, query: &ExportQuery) -> Result<Page<UsageEvent>, Error> {
+        self.account(account_id)?;
+        let start = match &query.after {
+            None => Bound::Included((query.range.from, Box::<str>::from(""))),
+            Some((at, request_id)) => Bound::Excluded((*at, request_id.as_str().into())),
+        };
+        let rows = self
+            .events
+            .scan(account_id, start, query.range.to)
+            .filter(|event| query.admits(event.occurred_at, &event.request_id))
+            .take(query.limit.rows() + 1)
+            .collect();
+        Ok(query.page(rows))
+    }
+}
