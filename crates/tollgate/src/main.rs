@@ -10,6 +10,7 @@ mod migrate;
 mod remote;
 mod serve;
 mod table;
+mod usage;
 
 use std::process::ExitCode;
 
@@ -42,6 +43,9 @@ enum Command {
     Check(check::CheckArgs),
     /// List a running server's accounts with their counters.
     Accounts(accounts::AccountsArgs),
+    /// An account's usage by time window and group (credential, lease,
+    /// funding or a dimension).
+    Usage(usage::UsageArgs),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +64,7 @@ fn main() -> ExitCode {
             Command::Migrate(args) => migrate::run(args).await,
             Command::Check(args) => check::run(args).await,
             Command::Accounts(args) => accounts::run(args).await,
+            Command::Usage(args) => usage::run(args).await,
         }
     });
     match result {

@@ -33,6 +33,12 @@ impl From<&str> for Cell {
     }
 }
 
+impl From<String> for Cell {
+    fn from(text: String) -> Self {
+        Cell::Text(text)
+    }
+}
+
 impl From<u64> for Cell {
     fn from(number: u64) -> Self {
         Cell::Number(number)

@@ -117,6 +117,8 @@ async fn the_walkthrough_runs_as_written() {
         "listening on http://127.0.0.1:",
         r#""outcome": "duplicate""#,
         r#""reason": "fence_mismatch""#,
+        r#""key": "gpt-4o-mini""#,
+        "gpt-4o-mini  10",
         "the retry answered lease lse_",
         "is reclaimed",
         r#""ok": true"#,
