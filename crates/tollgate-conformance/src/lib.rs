@@ -63,6 +63,10 @@ macro_rules! conformance_suite {
             a_lease_under_another_account_is_not_found_and_nothing_changes,
             a_credential_under_another_account_is_not_found_and_stays_valid,
             a_key_whose_account_part_was_altered_is_unknown,
+            journal_records_each_kind_with_its_ids_in_sequence,
+            no_entry_for_an_operation_that_changes_nothing_or_is_refused,
+            keyed_replays_write_no_new_entry,
+            reclaim_writes_one_entry_per_account_and_pages_follow_the_sequence,
         );
     };
     (@cases $factory:expr; $($case:ident),* $(,)?) => {
@@ -79,13 +83,18 @@ macro_rules! conformance_suite {
 mod tests {
     /// Every public case, as its source declares it.
     fn declared_cases() -> Vec<&'static str> {
-        [include_str!("cases.rs"), include_str!("cases/idempotent.rs"), include_str!("cases/scoped.rs")]
-            .into_iter()
-            .flat_map(str::lines)
-            .filter_map(|line| line.strip_prefix("pub async fn "))
-            .filter(|rest| rest.contains("<F: StoreFactory>"))
-            .filter_map(|rest| rest.split('<').next())
-            .collect()
+        [
+            include_str!("cases.rs"),
+            include_str!("cases/idempotent.rs"),
+            include_str!("cases/scoped.rs"),
+            include_str!("cases/journal.rs"),
+        ]
+        .into_iter()
+        .flat_map(str::lines)
+        .filter_map(|line| line.strip_prefix("pub async fn "))
+        .filter(|rest| rest.contains("<F: StoreFactory>"))
+        .filter_map(|rest| rest.split('<').next())
+        .collect()
     }
 
     /// A case that `conformance_suite!` does not list never runs on any

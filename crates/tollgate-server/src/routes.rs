@@ -129,7 +129,7 @@ pub(crate) async fn credit(
     ApiPath(account_id): ApiPath<String>,
     ApiJson(body): ApiJson<CreditRequest>,
 ) -> ApiResult {
-    let receipt = state.store().credit(&account_id, &body.credit_id, body.units).await?;
+    let receipt = state.store().credit(&account_id, &body.credit_id, body.units, state.now()).await?;
     let status = if receipt.created { StatusCode::CREATED } else { StatusCode::OK };
     json(status, AccountBody::from(&receipt.account))
 }

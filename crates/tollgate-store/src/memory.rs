@@ -17,24 +17,27 @@ use std::sync::{Mutex, MutexGuard};
 use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use tollgate_core::ids::validate_label;
+use tollgate_core::journal::{EntryIds, EntryKind, usage_changes};
 use tollgate_core::ledger::{self, LeaseState};
 use tollgate_core::usage::{self, UsageView};
 use tollgate_core::{
-    Account, Credential, Error, EventOutcome, GrantPolicy, IngestError, KeyRoute, Lease, ReclaimPass, SecretHash,
-    UnitDomain, UsageEvent, check_conservation, route_credential_key, validate_id,
+    Account, Credential, Error, EventOutcome, GrantPolicy, IngestError, KeyRoute, Lease, PageLimit, ReclaimPass,
+    SecretHash, UnitDomain, UsageEvent, check_conservation, route_credential_key, validate_id,
 };
 
 use crate::idempotency::{Claim, IDEMPOTENCY_PURGE_BATCH_MAX, Idempotency, Replayable, Request};
 use crate::model::{
-    AccountView, CheckReport, Consolidated, CreditReceipt, IssuedCredential, IssuedLease, LeaseHandle,
+    AccountView, CheckReport, Consolidated, CreditReceipt, IssuedCredential, IssuedLease, JournalPage, LeaseHandle,
     LegacyBoundCount, ReclaimReport, ReclaimedLease, Released, SkippedLease, StorageStatus, Verification,
     reclaim_read_max,
 };
 use crate::secrets::{new_capability, new_credential_id, new_credential_key, new_lease_id};
 use crate::{Store, UsageSink};
 
+mod journal;
 mod records;
 
+use journal::{Journals, ReclaimTouched};
 use records::IdempotencyRecords;
 
 const DOMAIN: UnitDomain = UnitDomain::U64;
@@ -103,6 +106,7 @@ struct State {
     credentials: HashMap<String, CredentialRecord>,
     credential_by_key: HashMap<SecretHash, String>,
     idempotency: IdempotencyRecords,
+    journals: Journals,
 }
 
 impl MemoryStore {
@@ -292,6 +296,9 @@ impl UsageSink for MemoryStore {
     async fn ingest(&self, batch: Vec<UsageEvent>, now: Timestamp) -> Result<Vec<EventOutcome>, IngestError> {
         let mut state = self.lock();
         let plan = usage::classify(&batch, now, &self.policy, DOMAIN, &BatchView::new(&state, &batch))?;
+        for change in usage_changes(&batch, &plan, |id| state.accounts.get(id)) {
+            state.journals.record(change, now);
+        }
         for index in plan.accepted {
             let event = &batch[index];
             state.recorded.entry(event.account_id.clone()).or_default().insert(event.request_id.clone());
@@ -330,7 +337,13 @@ impl Store for MemoryStore {
         state.view(account_id)
     }
 
-    async fn credit(&self, account_id: &str, credit_id: &str, units: u64) -> Result<CreditReceipt, Error> {
+    async fn credit(
+        &self,
+        account_id: &str,
+        credit_id: &str,
+        units: u64,
+        now: Timestamp,
+    ) -> Result<CreditReceipt, Error> {
         validate_id("account_id", account_id)?;
         validate_id("credit_id", credit_id)?;
         let mut state = self.lock();
@@ -338,7 +351,7 @@ impl Store for MemoryStore {
         let key = (account_id.to_owned(), credit_id.to_owned());
         let created = account.credit_once(state.credits.get(&key).copied(), units, DOMAIN)?;
         if created {
-            state.accounts.insert(account_id.to_owned(), account);
+            state.put_account(account, EntryKind::Credit, EntryIds::credit(credit_id), now);
             state.credits.insert(key, units);
         }
         Ok(CreditReceipt { account: state.view(account_id)?, created })
@@ -356,8 +369,9 @@ impl Store for MemoryStore {
         self.run(idempotency, request, now, |state| {
             let mut account = state.account(account_id)?.clone();
             let grant = ledger::acquire(&mut account, units, ttl, now, &self.policy, DOMAIN)?;
-            state.accounts.insert(account_id.to_owned(), account);
-            Ok(state.grant_lease(account_id, grant))
+            let issued = state.grant_lease(account_id, grant);
+            state.put_account(account, EntryKind::Acquire, EntryIds::lease(&issued.lease.lease_id), now);
+            Ok(issued)
         })
     }
 
@@ -373,7 +387,7 @@ impl Store for MemoryStore {
             let mut lease = state.held_lease(account_id, lease_id, capability)?;
             let mut account = state.account(&lease.account_id).map_err(|_| orphan(&lease))?.clone();
             let settlement = ledger::release(&mut account, &mut lease, now, &self.policy, DOMAIN)?;
-            state.accounts.insert(account.account_id.clone(), account);
+            state.put_account(account, EntryKind::Release, EntryIds::lease(lease_id), now);
             state.store_settled(lease.clone());
             Ok(Released { lease, settlement })
         })
@@ -397,11 +411,13 @@ impl Store for MemoryStore {
                 .collect::<Result<Vec<_>, _>>()?;
             let (grant, settlements) =
                 ledger::consolidate(&mut account, &mut leases, extra_units, ttl, now, &self.policy, DOMAIN)?;
-            state.accounts.insert(account_id.to_owned(), account);
             for lease in &leases {
                 state.store_settled(lease.clone());
             }
             let lease = state.grant_lease(account_id, grant);
+            let sources = leases.iter().map(|l| l.lease_id.clone()).collect();
+            let ids = EntryIds::consolidate(&lease.lease.lease_id, sources);
+            state.put_account(account, EntryKind::Consolidate, ids, now);
             Ok(Consolidated { lease, settlements: leases.into_iter().zip(settlements).collect() })
         })
     }
@@ -427,8 +443,10 @@ impl Store for MemoryStore {
         }
         due.sort_by(|a, b| (&a.account_id, &a.lease_id).cmp(&(&b.account_id, &b.lease_id)));
         let mut reclaimed = Vec::with_capacity(due.len());
+        let mut touched = ReclaimTouched::default();
         for mut lease in due {
             let mut account = state.account(&lease.account_id).map_err(|_| orphan(&lease))?.clone();
+            let before = account.clone();
             match ledger::reclaim(&mut account, &mut lease, now, &self.policy, DOMAIN) {
                 Ok(Some(settlement)) => {
                     reclaimed.push(ReclaimedLease {
@@ -436,6 +454,7 @@ impl Store for MemoryStore {
                         account_id: lease.account_id.clone(),
                         settlement,
                     });
+                    touched.settled(&before, &lease.lease_id);
                     state.accounts.insert(account.account_id.clone(), account);
                     state.store_settled(lease);
                 }
@@ -443,6 +462,7 @@ impl Store for MemoryStore {
                 Err(error) => skipped.push(skip(&lease, &error)),
             }
         }
+        state.journal_reclaim(touched, now);
         Ok(ReclaimReport { reclaimed, skipped, limit })
     }
 
@@ -520,6 +540,10 @@ impl Store for MemoryStore {
         Ok(record.credential.clone())
     }
 
+    async fn journal(&self, account_id: &str, after: u64, limit: PageLimit) -> Result<JournalPage, Error> {
+        self.lock().journal_page(account_id, after, limit)
+    }
+
     async fn check(&self) -> Result<CheckReport, Error> {
         let state = self.lock();
         let leases: Vec<Lease> = state.leases.iter().map(|(&key, record)| state.lease_of(key, record)).collect();
@@ -543,6 +567,7 @@ impl Store for MemoryStore {
             violations,
             legacy_bounds,
             guard_violations: Vec::new(),
+            journal_mismatches: state.journal_mismatches(),
         })
     }
 

@@ -21,10 +21,12 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use tokio::sync::watch;
-use tollgate_core::{Credential, Error, EventOutcome, GrantPolicy, IngestError, Lease, UnitDomain, UsageEvent};
+use tollgate_core::{
+    Credential, Error, EventOutcome, GrantPolicy, IngestError, Lease, PageLimit, UnitDomain, UsageEvent,
+};
 use tollgate_store::{
-    AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, LeaseHandle,
-    ReclaimReport, Released, StorageStatus, Store, UsageSink, Verification,
+    AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, JournalPage,
+    LeaseHandle, ReclaimReport, Released, StorageStatus, Store, UsageSink, Verification,
 };
 
 use super::{Engine, PostgresStore};
@@ -131,9 +133,15 @@ impl Store for PostgresStore {
         self.complete(move |e| async move { e.create_account(&account_id).await }).await
     }
 
-    async fn credit(&self, account_id: &str, credit_id: &str, units: u64) -> Result<CreditReceipt, Error> {
+    async fn credit(
+        &self,
+        account_id: &str,
+        credit_id: &str,
+        units: u64,
+        now: Timestamp,
+    ) -> Result<CreditReceipt, Error> {
         let (account_id, credit_id) = (account_id.to_owned(), credit_id.to_owned());
-        self.complete(move |e| async move { e.credit(&account_id, &credit_id, units).await }).await
+        self.complete(move |e| async move { e.credit(&account_id, &credit_id, units, now).await }).await
     }
 
     async fn acquire_idempotent(
@@ -238,6 +246,11 @@ impl Store for PostgresStore {
     async fn credential(&self, account_id: &str, credential_id: &str) -> Result<Credential, Error> {
         let (account_id, credential_id) = (account_id.to_owned(), credential_id.to_owned());
         self.complete(move |e| async move { e.credential(&account_id, &credential_id).await }).await
+    }
+
+    async fn journal(&self, account_id: &str, after: u64, limit: PageLimit) -> Result<JournalPage, Error> {
+        let account_id = account_id.to_owned();
+        self.complete(move |e| async move { e.journal(&account_id, after, limit).await }).await
     }
 
     async fn check(&self) -> Result<CheckReport, Error> {

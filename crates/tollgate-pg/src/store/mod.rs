@@ -39,6 +39,7 @@ mod errors;
 mod guesses;
 mod idempotency;
 mod ingest;
+mod journal;
 mod load;
 mod locking;
 mod persist;
@@ -56,11 +57,12 @@ use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use sqlx::{PgConnection, PgPool};
 use tollgate_core::{
-    Credential, Error, EventOutcome, GrantPolicy, IngestError, InstantPair, Lease, ReclaimPass, UnitDomain, UsageEvent,
+    Credential, Error, EventOutcome, GrantPolicy, IngestError, InstantPair, Lease, PageLimit, ReclaimPass, UnitDomain,
+    UsageEvent,
 };
 use tollgate_store::{
-    AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, LeaseHandle,
-    ReclaimReport, Released, Request, StorageStatus, Store, UsageSink, Verification,
+    AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, JournalPage,
+    LeaseHandle, ReclaimReport, Released, Request, StorageStatus, Store, UsageSink, Verification,
 };
 
 pub use connect::{ConnectError, PgStoreConfig, connect_pool};
@@ -215,8 +217,14 @@ impl Store for Engine {
         self.create(account_id).await
     }
 
-    async fn credit(&self, account_id: &str, credit_id: &str, units: u64) -> Result<CreditReceipt, Error> {
-        self.credit_once(account_id, credit_id, units).await
+    async fn credit(
+        &self,
+        account_id: &str,
+        credit_id: &str,
+        units: u64,
+        now: Timestamp,
+    ) -> Result<CreditReceipt, Error> {
+        self.credit_once(account_id, credit_id, units, now).await
     }
 
     async fn acquire_idempotent(
@@ -338,6 +346,10 @@ impl Store for Engine {
 
     async fn credential(&self, account_id: &str, credential_id: &str) -> Result<Credential, Error> {
         self.read_credential(account_id, credential_id).await
+    }
+
+    async fn journal(&self, account_id: &str, after: u64, limit: PageLimit) -> Result<JournalPage, Error> {
+        self.read_journal(account_id, after, limit).await
     }
 
     async fn check(&self) -> Result<CheckReport, Error> {

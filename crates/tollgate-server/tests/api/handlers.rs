@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 use tollgate_core::{Credential, Error, EventOutcome, GrantPolicy, IngestError, Lease, UnitDomain, UsageEvent};
 use tollgate_server::Limits;
 use tollgate_store::{
-    AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, LeaseHandle,
-    ReclaimReport, Released, StorageStatus, Store, UsageSink, Verification,
+    AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, JournalPage,
+    LeaseHandle, ReclaimReport, Released, StorageStatus, Store, UsageSink, Verification,
 };
 
 use crate::support::{App, As, assert_error, start};
@@ -630,7 +630,7 @@ impl Store for FaultyStore {
     async fn create_account(&self, _: &str) -> Result<AccountView, Error> {
         self.fail().await
     }
-    async fn credit(&self, _: &str, _: &str, _: u64) -> Result<CreditReceipt, Error> {
+    async fn credit(&self, _: &str, _: &str, _: u64, _: Timestamp) -> Result<CreditReceipt, Error> {
         self.fail().await
     }
     async fn acquire_idempotent(
@@ -703,6 +703,9 @@ impl Store for FaultyStore {
         self.fail().await
     }
     async fn credential(&self, _: &str, _: &str) -> Result<Credential, Error> {
+        self.fail().await
+    }
+    async fn journal(&self, _: &str, _: u64, _: tollgate_core::PageLimit) -> Result<JournalPage, Error> {
         self.fail().await
     }
     async fn check(&self) -> Result<CheckReport, Error> {
