@@ -337,6 +337,7 @@ async fn every_key_of_a_per_account_table_leads_with_account_id() {
             "tollgate_credentials tollgate_credentials_pkey",
             "tollgate_credits tollgate_credits_pkey",
             "tollgate_idempotency_keys tollgate_idempotency_keys_pkey",
+            "tollgate_journal tollgate_journal_pkey",
             "tollgate_leases tollgate_leases_pkey",
             "tollgate_usage_events tollgate_usage_events_pkey",
         ]

@@ -58,7 +58,7 @@ WITH accounts AS (
     SET credited = u.credited, available = u.available, reserved = u.reserved,
         consumed = u.consumed, overage = u.overage, billed = u.billed,
         next_fence = u.next_fence,
-        journal_seq = a.journal_seq + (u.account_id = ANY($38))::int8
+        journal_seq = a.journal_seq + (u.account_id = ANY($38))::int4
     FROM unnest($1::text[], $2::int8[], $3::int8[], $4::int8[], $5::int8[], $6::int8[],
                 $7::int8[], $8::int8[])
         AS u(account_id, credited, available, reserved, consumed, overage, billed, next_fence)
