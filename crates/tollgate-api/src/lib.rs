@@ -16,7 +16,10 @@ use tollgate_store::{
 };
 use utoipa::ToSchema;
 
+mod journal;
 mod objects;
+
+pub use journal::{CounterDeltasBody, JournalEntryBody, JournalKindBody, JournalPageBody};
 
 use objects::object_only;
 

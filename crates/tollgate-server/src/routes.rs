@@ -29,6 +29,8 @@ use crate::metrics::LeaseEvent;
 use crate::openapi;
 use crate::worker;
 
+mod journal;
+
 type ApiResult = Result<Response, ApiError>;
 
 /// Every route, registered and documented at once, grouped by the operator
@@ -48,6 +50,7 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(check));
     let gateway = OpenApiRouter::default()
         .routes(routes!(get_account))
+        .routes(routes!(journal::account_journal))
         .routes(routes!(acquire))
         .routes(routes!(consolidate))
         .routes(routes!(verify_credential))

@@ -7,6 +7,7 @@ mod clock;
 mod connections;
 mod handlers;
 mod idempotency;
+mod journal;
 mod openapi;
 mod scoped;
 mod support;
