@@ -27,6 +27,7 @@ use tollgate_api::{
 };
 use tollgate_core::{Secret, UsageEvent};
 
+mod journal;
 mod usage;
 
 pub use usage::UNRECOGNISED_REASON;
@@ -520,7 +521,18 @@ impl TollgateClient {
         body: Option<&B>,
         idempotency_key: Option<&str>,
     ) -> Result<(StatusCode, Vec<u8>), ClientError> {
-        let mut request = self.http.request(method, self.url(segments));
+        self.send_to(method, self.url(segments), body, idempotency_key).await
+    }
+
+    /// `send` to a URL built by the caller (one with a query string).
+    async fn send_to<B: Serialize>(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<&B>,
+        idempotency_key: Option<&str>,
+    ) -> Result<(StatusCode, Vec<u8>), ClientError> {
+        let mut request = self.http.request(method, url);
         if let Some(authorization) = &self.authorization {
             request = request.header(reqwest::header::AUTHORIZATION, authorization.clone());
         }

@@ -13,6 +13,7 @@ mod direct_writer;
 mod faults;
 mod gateway;
 mod gateway_faults;
+mod journal;
 mod postgres;
 mod retries;
 mod routes;
