@@ -11,7 +11,7 @@
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use tollgate_core::{Entry, EntryKind};
-use tollgate_store::JournalPage;
+use tollgate_store::{JournalMismatch, JournalPage};
 use utoipa::ToSchema;
 
 /// What an entry records.
@@ -105,6 +105,20 @@ pub struct JournalPageBody {
 impl From<&JournalPage> for JournalPageBody {
     fn from(page: &JournalPage) -> Self {
         Self { items: page.items.iter().map(JournalEntryBody::from).collect(), next_after: page.next_after }
+    }
+}
+
+/// An account whose journal does not replay to its counters (`check`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct JournalMismatchBody {
+    pub account_id: String,
+    /// How they differ, as far as the store can tell.
+    pub reason: String,
+}
+
+impl From<&JournalMismatch> for JournalMismatchBody {
+    fn from(m: &JournalMismatch) -> Self {
+        Self { account_id: m.account_id.clone(), reason: m.error.to_string() }
     }
 }
 

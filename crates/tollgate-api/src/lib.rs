@@ -19,7 +19,7 @@ use utoipa::ToSchema;
 mod journal;
 mod objects;
 
-pub use journal::{CounterDeltasBody, JournalEntryBody, JournalKindBody, JournalPageBody};
+pub use journal::{CounterDeltasBody, JournalEntryBody, JournalKindBody, JournalMismatchBody, JournalPageBody};
 
 use objects::object_only;
 
@@ -460,6 +460,10 @@ pub struct LedgerCheckBody {
     pub violations: Vec<ViolationBody>,
     /// `(state, expiry_is_upper_bound, count)` over every stored lease.
     pub legacy_bounds: Vec<LegacyBoundBody>,
+    /// Accounts whose journal does not replay to their counters; empty when
+    /// every journal does.
+    #[serde(default)]
+    pub journal_mismatches: Vec<JournalMismatchBody>,
 }
 
 impl From<&CheckReport> for LedgerCheckBody {
@@ -468,6 +472,7 @@ impl From<&CheckReport> for LedgerCheckBody {
             accounts_checked: r.accounts_checked,
             violations: r.violations.iter().map(ViolationBody::from).collect(),
             legacy_bounds: r.legacy_bounds.iter().map(LegacyBoundBody::from).collect(),
+            journal_mismatches: r.journal_mismatches.iter().map(JournalMismatchBody::from).collect(),
         }
     }
 }
@@ -552,7 +557,7 @@ impl CheckBody {
         guard_violations: Option<Vec<GuardViolationBody>>,
     ) -> Self {
         let ok = storage.is_ready()
-            && ledger.as_ref().is_some_and(|l| l.violations.is_empty())
+            && ledger.as_ref().is_some_and(|l| l.violations.is_empty() && l.journal_mismatches.is_empty())
             && guard_violations.as_ref().is_some_and(Vec::is_empty);
         Self { ok, storage, ledger, guard_violations }
     }
