@@ -256,6 +256,9 @@ pub async fn drop_at_every_step<H: Harness>(harness: &H) {
             }
             let report = store.check().await.expect("check runs");
             assert!(report.violations.is_empty(), "{name} after {polls} polls: {:?}", report.violations);
+            // An entry exists exactly when its change committed.
+            let journals = &report.journal_mismatches;
+            assert!(journals.is_empty(), "{name} after {polls} polls: journals {journals:?}");
 
             // The next operations behave as on a fresh store.
             let probe = store
