@@ -65,7 +65,7 @@ fn documented_routes() -> Vec<(Method, String, Option<bool>)> {
 async fn every_route_enforces_its_role() {
     let app = App::new();
     let routes = documented_routes();
-    assert_eq!(routes.iter().filter(|(_, _, role)| role.is_some()).count(), 14, "{routes:?}");
+    assert_eq!(routes.iter().filter(|(_, _, role)| role.is_some()).count(), 15, "{routes:?}");
     for (method, path, admin_only) in routes {
         let Some(admin_only) = admin_only else {
             let (status, _) = app.call(As::Nobody, method.clone(), &path, None).await;
