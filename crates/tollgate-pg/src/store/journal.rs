@@ -88,10 +88,10 @@ impl Engine {
 }
 
 /// The accounts among `account_ids` whose journal does not replay to their
-/// counters, in account order. The comparison is one set-based statement; an
-/// account it names is reported with the first counter whose sum differs only
-/// as far as the statement tells, so the report names the account and points
-/// at `GET /v1/accounts/{id}/journal` for the detail.
+/// counters, in account order. The comparison is one set-based statement,
+/// which tells only that the sums or the sequence numbers differ
+/// (`ReplayError::Diverges`); the account's journal
+/// (`GET /v1/accounts/{account_id}/journal`) shows where.
 pub(super) async fn journal_mismatches(
     conn: &mut PgConnection,
     account_ids: &[String],

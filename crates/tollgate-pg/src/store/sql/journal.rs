@@ -48,8 +48,8 @@ FROM credited AS c"
 /// intended row was written. The journal's entries (kind $37, one per
 /// account of $38, each with its deltas, ids and the leases of $49/$50 that
 /// name its account, at $51, $52) take the sequence numbers the account
-/// update gives the accounts that have one. Every row is found by its account and its key
-/// (the leases' and credentials' accounts are the last two arrays, $35 and
+/// update gives the accounts that have one. Every row is found by its
+/// account and its key (the leases' and credentials' accounts are $35 and
 /// $36), so each write stays within the accounts it names.
 pub(in crate::store) const PERSIST_SQL: &str = concat!(
     "
@@ -128,8 +128,9 @@ SELECT (SELECT count(*) FROM accounts), (SELECT count(*) FROM leases),
 
 /// Stores the account's new counters ($3) and inserts the granted lease
 /// ($4–$12), only if every counter still holds what the core decided on
-/// ($2), with its journal entry (deltas $13, at $14, $15). Returns whether it wrote, and the account as the statement found it
-/// (its snapshot, from before the write), for deciding again when it did not.
+/// ($2), with its journal entry (deltas $13, at $14, $15). Returns whether
+/// it wrote, and the account as the statement found it (its snapshot, from
+/// before the write), for deciding again when it did not.
 pub(in crate::store) const ACQUIRE_IF_UNCHANGED_SQL: &str = concat!(
     "
 WITH account AS (
