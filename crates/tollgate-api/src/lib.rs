@@ -19,6 +19,7 @@ use tollgate_store::{
 use utoipa::ToSchema;
 
 mod listings;
+mod journal;
 mod objects;
 pub use listings::{CreditBody, PageBody};
 mod usage_queries;
@@ -26,6 +27,8 @@ mod usage_queries;
 pub use usage_queries::{
     ExportedEventBody, UsageBucketBody, UsageEventsPage, UsageGroupBody, UsageReportBody, UsageTotalsBody,
 };
+
+pub use journal::{CounterDeltasBody, JournalEntryBody, JournalKindBody, JournalMismatchBody, JournalPageBody};
 
 use objects::object_only;
 
@@ -475,6 +478,10 @@ pub struct LedgerCheckBody {
     pub violations: Vec<ViolationBody>,
     /// `(state, expiry_is_upper_bound, count)` over every stored lease.
     pub legacy_bounds: Vec<LegacyBoundBody>,
+    /// Accounts whose journal does not replay to their counters; empty when
+    /// every journal does.
+    #[serde(default)]
+    pub journal_mismatches: Vec<JournalMismatchBody>,
 }
 
 impl From<&CheckReport> for LedgerCheckBody {
@@ -483,6 +490,7 @@ impl From<&CheckReport> for LedgerCheckBody {
             accounts_checked: r.accounts_checked,
             violations: r.violations.iter().map(ViolationBody::from).collect(),
             legacy_bounds: r.legacy_bounds.iter().map(LegacyBoundBody::from).collect(),
+            journal_mismatches: r.journal_mismatches.iter().map(JournalMismatchBody::from).collect(),
         }
     }
 }
@@ -567,7 +575,7 @@ impl CheckBody {
         guard_violations: Option<Vec<GuardViolationBody>>,
     ) -> Self {
         let ok = storage.is_ready()
-            && ledger.as_ref().is_some_and(|l| l.violations.is_empty())
+            && ledger.as_ref().is_some_and(|l| l.violations.is_empty() && l.journal_mismatches.is_empty())
             && guard_violations.as_ref().is_some_and(Vec::is_empty);
         Self { ok, storage, ledger, guard_violations }
     }

@@ -48,7 +48,7 @@ pub async fn setup(url: &str) -> anyhow::Result<()> {
     for index in 0..ACCOUNTS {
         let account = account_id(index);
         store.create_account(&account).await?;
-        store.credit(&account, "bench-credit", CREDIT_UNITS).await?;
+        store.credit(&account, "bench-credit", CREDIT_UNITS, jiff::Timestamp::UNIX_EPOCH).await?;
         store.issue_credential(&account, "bench", Timestamp::now()).await?;
         let funding = store.acquire(&account, CREDIT_UNITS / 2, policy().max_ttl(), Timestamp::now()).await?;
         if funding.lease.fencing_token != 1 {

@@ -108,7 +108,7 @@ pub fn memory_store(accounts: usize) -> tollgate_store::MemoryStore {
     for index in 0..accounts {
         let account = account_id(index);
         run_ready(store.create_account(&account)).expect("a new account");
-        run_ready(store.credit(&account, "bench-credit", CREDIT_UNITS)).expect("a credit");
+        run_ready(store.credit(&account, "bench-credit", CREDIT_UNITS, jiff::Timestamp::UNIX_EPOCH)).expect("a credit");
     }
     store
 }

@@ -28,6 +28,7 @@ use tollgate_api::{
 use tollgate_core::{Secret, UsageEvent};
 
 mod listings;
+mod journal;
 mod usage;
 mod usage_queries;
 
@@ -537,6 +538,7 @@ impl TollgateClient {
     }
 
     /// Like `send`, to a URL already built (with a query string, say).
+    /// `send` to a URL built by the caller (one with a query string).
     async fn send_to<B: Serialize>(
         &self,
         method: Method,

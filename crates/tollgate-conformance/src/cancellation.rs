@@ -89,7 +89,9 @@ fn operation<'a, S: Store>(store: &'a S, name: &'static str, f: &'a Fixture) -> 
         "create_account" => {
             Box::pin(async move { store.create_account(&format!("{}-new", f.account_id)).await.done() })
         }
-        "credit" => Box::pin(async move { store.credit(&f.account_id, "top-up", 7).await.done() }),
+        "credit" => {
+            Box::pin(async move { store.credit(&f.account_id, "top-up", 7, jiff::Timestamp::UNIX_EPOCH).await.done() })
+        }
         "acquire" => Box::pin(async move { store.acquire(&f.account_id, 10, secs(60), now).await.done() }),
         "acquire_keyed" => Box::pin(async move {
             let key = keyed(f);
@@ -184,7 +186,7 @@ async fn prepare<S: Store>(store: &S, name: &str, attempt: usize) -> Fixture {
     }
     let account_id = format!("{name}-{attempt}");
     store.create_account(&account_id).await.expect("account created");
-    store.credit(&account_id, "funds", FUNDS).await.expect("account funded");
+    store.credit(&account_id, "funds", FUNDS, jiff::Timestamp::UNIX_EPOCH).await.expect("account funded");
     let credential_id =
         store.issue_credential(&account_id, "gateway", then).await.expect("credential issued").credential.credential_id;
     store.acquire(&account_id, 20, secs(1), then).await.expect("due lease acquired");
@@ -254,6 +256,9 @@ pub async fn drop_at_every_step<H: Harness>(harness: &H) {
             }
             let report = store.check().await.expect("check runs");
             assert!(report.violations.is_empty(), "{name} after {polls} polls: {:?}", report.violations);
+            // An entry exists exactly when its change committed.
+            let journals = &report.journal_mismatches;
+            assert!(journals.is_empty(), "{name} after {polls} polls: journals {journals:?}");
 
             // The next operations behave as on a fresh store.
             let probe = store

@@ -10,10 +10,12 @@ use crate::support::*;
 
 mod idempotent;
 mod listings;
+mod journal;
 mod scoped;
 mod usage_queries;
 pub use idempotent::*;
 pub use listings::*;
+pub use journal::*;
 pub use scoped::*;
 pub use usage_queries::*;
 
@@ -953,27 +955,39 @@ pub async fn accounts_and_credits<F: StoreFactory>(f: &F) {
     assert_eq!(s.create_account("a b").await.unwrap_err(), Error::InvalidId { field: "account_id" });
     assert_eq!(s.create_account("").await.unwrap_err(), Error::InvalidId { field: "account_id" });
 
-    let first = s.credit("acct", "c1", 10).await.unwrap();
+    let first = s.credit("acct", "c1", 10, jiff::Timestamp::UNIX_EPOCH).await.unwrap();
     assert!(first.created);
     assert_eq!(first.account.account.credited, 10);
-    let replay = s.credit("acct", "c1", 10).await.unwrap();
+    let replay = s.credit("acct", "c1", 10, jiff::Timestamp::UNIX_EPOCH).await.unwrap();
     assert!(!replay.created);
     assert_eq!(replay.account.account.credited, 10);
-    assert_eq!(s.credit("acct", "c1", 11).await.unwrap_err(), Error::CreditConflict { existing_units: 10 });
-    assert_eq!(s.credit("acct", "c2", 0).await.unwrap_err(), Error::InvalidUnits);
-    assert_eq!(s.credit("acct", "bad id", 1).await.unwrap_err(), Error::InvalidId { field: "credit_id" });
-    assert_eq!(s.credit("ghost", "c1", 1).await.unwrap_err(), Error::AccountNotFound);
+    assert_eq!(
+        s.credit("acct", "c1", 11, jiff::Timestamp::UNIX_EPOCH).await.unwrap_err(),
+        Error::CreditConflict { existing_units: 10 }
+    );
+    assert_eq!(s.credit("acct", "c2", 0, jiff::Timestamp::UNIX_EPOCH).await.unwrap_err(), Error::InvalidUnits);
+    assert_eq!(
+        s.credit("acct", "bad id", 1, jiff::Timestamp::UNIX_EPOCH).await.unwrap_err(),
+        Error::InvalidId { field: "credit_id" }
+    );
+    assert_eq!(s.credit("ghost", "c1", 1, jiff::Timestamp::UNIX_EPOCH).await.unwrap_err(), Error::AccountNotFound);
     assert_ledger(&s, "acct", Ledger { credited: 10, available: 10, ..Ledger::default() }).await;
 
     let max = s.unit_domain().max();
     if max < u64::MAX {
-        assert_eq!(s.credit("acct", "c3", max + 1).await.unwrap_err(), Error::UnitsOutOfRange { units: max + 1, max });
+        assert_eq!(
+            s.credit("acct", "c3", max + 1, jiff::Timestamp::UNIX_EPOCH).await.unwrap_err(),
+            Error::UnitsOutOfRange { units: max + 1, max }
+        );
         assert_eq!(
             s.acquire("acct", max + 1, secs(1), ts(T0)).await.unwrap_err(),
             Error::UnitsOutOfRange { units: max + 1, max }
         );
     }
-    assert_eq!(s.credit("acct", "c4", max).await.unwrap_err(), Error::CounterOverflow { counter: "credited" });
+    assert_eq!(
+        s.credit("acct", "c4", max, jiff::Timestamp::UNIX_EPOCH).await.unwrap_err(),
+        Error::CounterOverflow { counter: "credited" }
+    );
     assert_ledger(&s, "acct", Ledger { credited: 10, available: 10, ..Ledger::default() }).await;
 
     assert_eq!(s.account("ghost").await.unwrap_err(), Error::AccountNotFound);

@@ -63,7 +63,7 @@ macro_rules! conformance_suite {
             a_lease_under_another_account_is_not_found_and_nothing_changes,
             a_credential_under_another_account_is_not_found_and_stays_valid,
             a_key_whose_account_part_was_altered_is_unknown,
-            accounts_are_listed_in_id_order_page_by_page, leases_are_listed_by_id_and_filtered_by_state, credentials_and_credits_are_listed_by_id, cursors_are_refused_across_listings_accounts_and_filters, rows_inserted_between_pages_are_neither_skipped_nor_repeated, dimensions_are_validated_after_duplicates, usage_windows_are_exact_to_the_nanosecond, usage_before_the_epoch, usage_groups_by_credential_lease_funding_and_dimension, usage_refusals, usage_exports_page_in_order,
+            accounts_are_listed_in_id_order_page_by_page, leases_are_listed_by_id_and_filtered_by_state, credentials_and_credits_are_listed_by_id, cursors_are_refused_across_listings_accounts_and_filters, rows_inserted_between_pages_are_neither_skipped_nor_repeated, dimensions_are_validated_after_duplicates, usage_windows_are_exact_to_the_nanosecond, usage_before_the_epoch, usage_groups_by_credential_lease_funding_and_dimension, usage_refusals, usage_exports_page_in_order, journal_records_each_kind_with_its_ids_in_sequence, no_entry_for_an_operation_that_changes_nothing_or_is_refused, keyed_replays_write_no_new_entry, reclaim_writes_one_entry_per_account_and_pages_follow_the_sequence,
         );
     };
     (@cases $factory:expr; $($case:ident),* $(,)?) => {
@@ -86,6 +86,7 @@ mod tests {
             include_str!("cases/listings.rs"),
             include_str!("cases/scoped.rs"),
             include_str!("cases/usage_queries.rs"),
+            include_str!("cases/journal.rs"),
         ]
         .into_iter()
         .flat_map(str::lines)

@@ -1,7 +1,8 @@
 //! Helpers the cases share: instants, policies, fixtures and the ledger check.
 
 use jiff::{SignedDuration, Timestamp};
-use tollgate_core::{GrantPolicy, UsageEvent};
+use tollgate_core::journal::check_replay;
+use tollgate_core::{Entry, GrantPolicy, PageLimit, UsageEvent};
 use tollgate_store::{IssuedLease, LeaseHandle, Store};
 
 /// An instant `ns` nanoseconds from the epoch.
@@ -84,13 +85,38 @@ pub async fn assert_ledger<S: Store>(store: &S, account_id: &str, expected: Ledg
     );
     let report = store.check().await.expect("check runs");
     assert!(report.violations.is_empty(), "conservation violated: {:?}", report.violations);
+    // The journal, read whole, replays to the counters.
+    let account = store.account(account_id).await.expect("account readable").account;
+    let entries = journal(store, account_id).await;
+    if let Err(error) = check_replay(&account, &entries) {
+        panic!("journal of {account_id} does not replay to its counters: {error}; entries {entries:?}");
+    }
+    assert!(report.journal_mismatches.is_empty(), "journals do not replay: {:?}", report.journal_mismatches);
+}
+
+/// The whole journal of `account_id`, read page by page through `Store::journal`.
+pub async fn journal<S: Store>(store: &S, account_id: &str) -> Vec<Entry> {
+    let limit = PageLimit::new(Some(PageLimit::MAX)).expect("the largest limit");
+    let mut entries = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = store.journal(account_id, after, limit).await.expect("journal readable");
+        entries.extend(page.items);
+        match page.next_after {
+            Some(next) => after = next,
+            None => return entries,
+        }
+    }
 }
 
 /// A store running `policy` with account `account_id` credited `units`.
 pub async fn funded<S: Store>(store: &S, account_id: &str, units: u64) {
     store.create_account(account_id).await.expect("account created");
     if units > 0 {
-        store.credit(account_id, &format!("seed-{account_id}"), units).await.expect("credited");
+        store
+            .credit(account_id, &format!("seed-{account_id}"), units, jiff::Timestamp::UNIX_EPOCH)
+            .await
+            .expect("credited");
     }
 }
 

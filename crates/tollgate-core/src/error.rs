@@ -71,6 +71,8 @@ pub enum Error {
     InvalidLimit { limit: u32, max: u32 },
     #[error("cursor does not belong to this listing, account and query")]
     InvalidCursor,
+    #[error("after must be a journal sequence number: a whole number from 0 to 18446744073709551615")]
+    InvalidAfter,
     #[error("{field} must be an RFC 3339 instant with at most 9 fractional digits")]
     InvalidTimestamp { field: &'static str },
     #[error("the range is empty or outside the timestamp domain: from must be before to")]
@@ -118,6 +120,7 @@ impl Error {
             Error::IdempotencyKeyReused => "idempotency_key_reused",
             Error::InvalidLimit { .. } => "invalid_limit",
             Error::InvalidCursor => "invalid_cursor",
+            Error::InvalidAfter => "invalid_after",
             Error::InvalidTimestamp { .. } => "invalid_timestamp",
             Error::InvalidRange => "invalid_range",
             Error::InvalidWindow => "invalid_window",
@@ -142,6 +145,7 @@ impl Error {
             | Error::InvalidIdempotencyKey
             | Error::InvalidLimit { .. }
             | Error::InvalidCursor
+            | Error::InvalidAfter
             | Error::InvalidTimestamp { .. }
             | Error::InvalidRange
             | Error::InvalidWindow
@@ -231,6 +235,7 @@ mod tests {
             (Error::IdempotencyKeyReused, "idempotency_key_reused", false),
             (Error::InvalidLimit { limit: 0, max: 1 }, "invalid_limit", false),
             (Error::InvalidCursor, "invalid_cursor", false),
+            (Error::InvalidAfter, "invalid_after", false),
             (Error::InvalidTimestamp { field: "from" }, "invalid_timestamp", false),
             (Error::InvalidRange, "invalid_range", false),
             (Error::InvalidWindow, "invalid_window", false),

@@ -10,6 +10,7 @@
 pub mod clock;
 pub mod error;
 pub mod ids;
+pub mod journal;
 pub mod ledger;
 pub mod listings;
 pub mod page;
@@ -22,6 +23,7 @@ pub mod usage;
 pub use clock::ClockSample;
 pub use error::{Error, ErrorKind, IngestError};
 pub use ids::validate_id;
+pub use journal::{Change, Deltas, Entry, EntryIds, EntryKind, ReplayError};
 pub use ledger::{
     Account, Balances, COUNTER_NAMES, COUNTERS, Credential, Equation, Grant, Lease, LeaseState, Settlement, Violation,
     check_balances, check_conservation, settle,

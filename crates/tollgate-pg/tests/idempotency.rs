@@ -30,7 +30,7 @@ fn key(value: &str) -> Idempotency {
 
 async fn funded(s: &PostgresStore, account_id: &str, units: u64) {
     s.create_account(account_id).await.expect("account");
-    s.credit(account_id, "seed", units).await.expect("credit");
+    s.credit(account_id, "seed", units, jiff::Timestamp::UNIX_EPOCH).await.expect("credit");
 }
 
 /// Every byte of every stored idempotency row.

@@ -71,7 +71,7 @@ fn classification() -> BTreeMap<&'static str, Class> {
         ),
         ("ACCOUNT_VIEW_SQL", Single { params: &[ACCOUNT] }),
         ("CREDIT_RECORDED_SQL", Single { params: &[ACCOUNT, ("text", "'credit-3'")] }),
-        ("CREDIT_SQL", Single { params: &[ACCOUNT, ("text", "'credit-9'"), INT8, INT8, INT8] }),
+        ("CREDIT_SQL", Single { params: &[ACCOUNT, ("text", "'credit-9'"), INT8, INT8, INT8, COUNTERS, INT8, INT2] }),
         ("READ_LEASE_SQL", Single { params: &[ACCOUNT, LEASE] }),
         ("LOCK_ACCOUNT_LEASES_SQL", Single { params: &[ACCOUNT, ("text[]", "'{lease-3-1,lease-3-2}'")] }),
         ("LOCK_LEASES_SQL", Batch { account_filters: &[("tollgate_leases", "l.account_id = ANY($2)")] }),
@@ -100,6 +100,7 @@ fn classification() -> BTreeMap<&'static str, Class> {
                     ("tollgate_leases", "INSERT INTO tollgate_leases"),
                     ("tollgate_credentials", "WHERE c.account_id = u.account_id AND c.credential_id = u.credential_id"),
                     ("tollgate_usage_events", "INSERT INTO tollgate_usage_events"),
+                    ("tollgate_journal", "INSERT INTO tollgate_journal"),
                 ],
             },
         ),
@@ -119,6 +120,9 @@ fn classification() -> BTreeMap<&'static str, Class> {
                     INT8,
                     INT2,
                     ("bool", "false"),
+                    COUNTERS,
+                    INT8,
+                    INT2,
                 ],
             },
         ),
@@ -131,6 +135,7 @@ fn classification() -> BTreeMap<&'static str, Class> {
                     ("tollgate_accounts", "JOIN tollgate_accounts AS a ON a.account_id = u.account_id"),
                     ("tollgate_leases", "k.account_id = l.account_id"),
                     ("tollgate_leases", "AND l.account_id = k.account_id"),
+                    ("tollgate_journal", "INSERT INTO tollgate_journal"),
                 ],
             },
         ),
@@ -159,12 +164,27 @@ fn classification() -> BTreeMap<&'static str, Class> {
             "USAGE_EVENTS_AFTER_SQL",
             Single { params: &[ACCOUNT, INT8, INT2, INT8, INT2, INT8, INT2, ("text", "'r-3'"), INT8] },
         ),
+        ("READ_JOURNAL_SQL", Single { params: &[ACCOUNT, INT8, INT8] }),
+        ("CHECK_JOURNAL_SQL", Global { why: CHECK }),
     ])
 }
 
 /// Account, lease, used, state, change, fence, capability, granted, expiry.
-const RELEASE_PARAMS: &[(&str, &str)] =
-    &[ACCOUNT, LEASE, INT8, ("text", "'released'"), COUNTERS, INT8, HASH, INT8, INT8, INT2, ("bool", "false")];
+const RELEASE_PARAMS: &[(&str, &str)] = &[
+    ACCOUNT,
+    LEASE,
+    INT8,
+    ("text", "'released'"),
+    COUNTERS,
+    INT8,
+    HASH,
+    INT8,
+    INT8,
+    INT2,
+    ("bool", "false"),
+    INT8,
+    INT2,
+];
 const RELEASE_GUESSED_PARAMS: &[(&str, &str)] = &[
     ACCOUNT,
     LEASE,
@@ -177,6 +197,8 @@ const RELEASE_GUESSED_PARAMS: &[(&str, &str)] = &[
     INT8,
     INT2,
     ("bool", "false"),
+    INT8,
+    INT2,
     COUNTERS,
 ];
 

@@ -337,6 +337,7 @@ async fn every_key_of_a_per_account_table_leads_with_account_id() {
             "tollgate_credentials tollgate_credentials_pkey",
             "tollgate_credits tollgate_credits_pkey",
             "tollgate_idempotency_keys tollgate_idempotency_keys_pkey",
+            "tollgate_journal tollgate_journal_pkey",
             "tollgate_leases tollgate_leases_pkey",
             "tollgate_usage_events tollgate_usage_events_pkey",
         ]
@@ -385,8 +386,8 @@ async fn every_key_of_a_per_account_table_leads_with_account_id() {
 #[test]
 fn catalogue_is_versions_1_through_21_contiguous_and_forward_only() {
     let versions: Vec<i64> = MIGRATOR.iter().map(|m| m.version).collect();
-    assert_eq!(versions, (1..=21).collect::<Vec<i64>>());
-    assert_eq!(latest_version(), 21);
+    assert_eq!(versions, (1..=22).collect::<Vec<i64>>());
+    assert_eq!(latest_version(), 22);
     for migration in MIGRATOR.iter() {
         assert_eq!(migration.migration_type, MigrationType::Simple, "{}", migration.version);
         assert!(!migration.no_tx, "migration {} must run in a transaction", migration.version);
@@ -414,6 +415,7 @@ async fn apply_reports_each_version_once() {
             (19, "key every table by account"),
             (20, "create legacy credential keys"),
             (21, "add usage event dimensions"),
+            (22, "create account journal"),
         ]
     );
 

@@ -38,7 +38,7 @@ async fn store(grace: SignedDuration) -> PostgresStore {
 async fn funded(s: &impl Store, account_id: &str, units: u64) {
     s.create_account(account_id).await.expect("account");
     if units > 0 {
-        s.credit(account_id, "seed", units).await.expect("credit");
+        s.credit(account_id, "seed", units, jiff::Timestamp::UNIX_EPOCH).await.expect("credit");
     }
 }
 
@@ -139,7 +139,7 @@ async fn acquire_credit_and_consolidate_above_i64_max_are_units_out_of_range() {
     let out_of_range = |units| Error::UnitsOutOfRange { units, max: I64_MAX };
     for units in [I64_MAX + 1, u64::MAX] {
         assert_eq!(s.acquire("acct", units, nanos(1_000), ts(T0)).await.unwrap_err(), out_of_range(units));
-        assert_eq!(s.credit("acct", "big", units).await.unwrap_err(), out_of_range(units));
+        assert_eq!(s.credit("acct", "big", units, jiff::Timestamp::UNIX_EPOCH).await.unwrap_err(), out_of_range(units));
         assert_eq!(
             s.consolidate("acct", &[handle(&lease)], units, nanos(1_000), ts(T0)).await.unwrap_err(),
             out_of_range(units)
@@ -150,7 +150,10 @@ async fn acquire_credit_and_consolidate_above_i64_max_are_units_out_of_range() {
 
     // The largest representable credit fits; one more unit overflows `credited`.
     funded(&s, "full", I64_MAX).await;
-    assert_eq!(s.credit("full", "one-more", 1).await.unwrap_err(), Error::CounterOverflow { counter: "credited" });
+    assert_eq!(
+        s.credit("full", "one-more", 1, jiff::Timestamp::UNIX_EPOCH).await.unwrap_err(),
+        Error::CounterOverflow { counter: "credited" }
+    );
     assert_eq!(counters(&s, "full").await, (I64_MAX, I64_MAX, 0, 0, 0, 0, 1));
     assert_conserved(&s).await;
 }
@@ -257,7 +260,7 @@ async fn zero_and_negative_next_fence_and_event_rows_are_storage_corrupt() {
         let what = |op: &str| format!("next_fence {next_fence}: {op}");
         expect_corrupt(&what("acquire"), s.acquire("acct", 1, nanos(1_000), ts(T0)).await);
         expect_corrupt(&what("account"), s.account("acct").await);
-        expect_corrupt(&what("credit"), s.credit("acct", "more", 1).await);
+        expect_corrupt(&what("credit"), s.credit("acct", "more", 1, jiff::Timestamp::UNIX_EPOCH).await);
         expect_ingest_corrupt(&what("ingest"), s.ingest(vec![event("e", "acct", &cred, 1, None)], ts(T0)).await);
 
         let report = s.check().await.expect("check reports instead of failing");
@@ -727,7 +730,7 @@ async fn another_servers_changes_are_decided_on_never_a_stale_view() {
         "refused on the committed balance, not granted on the view"
     );
     // Two credits 200; one's view (5 available) would refuse 150.
-    two.credit("acct", "more", 200).await.unwrap();
+    two.credit("acct", "more", 200, jiff::Timestamp::UNIX_EPOCH).await.unwrap();
     let granted = one.acquire("acct", 150, hour, ts(T0)).await.expect("granted on the committed balance");
     assert_eq!(granted.lease.fencing_token, 3);
 

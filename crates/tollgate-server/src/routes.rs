@@ -31,6 +31,7 @@ use crate::worker;
 
 mod listings;
 mod usage;
+mod journal;
 
 type ApiResult = Result<Response, ApiError>;
 
@@ -54,6 +55,7 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(listings::list_credits));
     let gateway = OpenApiRouter::default()
         .routes(routes!(get_account))
+        .routes(routes!(journal::account_journal))
         .routes(routes!(acquire))
         .routes(routes!(consolidate))
         .routes(routes!(verify_credential))
@@ -138,7 +140,7 @@ pub(crate) async fn credit(
     ApiPath(account_id): ApiPath<String>,
     ApiJson(body): ApiJson<CreditRequest>,
 ) -> ApiResult {
-    let receipt = state.store().credit(&account_id, &body.credit_id, body.units).await?;
+    let receipt = state.store().credit(&account_id, &body.credit_id, body.units, state.now()).await?;
     let status = if receipt.created { StatusCode::CREATED } else { StatusCode::OK };
     json(status, AccountBody::from(&receipt.account))
 }

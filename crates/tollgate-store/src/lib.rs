@@ -17,17 +17,16 @@ pub use idempotency::{
 };
 pub use memory::MemoryStore;
 pub use model::{
-    AccountView, CheckReport, Consolidated, CreditReceipt, GuardViolation, IssuedCredential, IssuedLease, LeaseHandle,
-    LegacyBoundCount, MigrationStatus, ReclaimReport, ReclaimedLease, Released, SkippedLease, StorageStatus,
-    Verification, reclaim_read_max,
+    AccountView, CheckReport, Consolidated, CreditReceipt, GuardViolation, IssuedCredential, IssuedLease,
+    JournalMismatch, JournalPage, LeaseHandle, LegacyBoundCount, MigrationStatus, ReclaimReport, ReclaimedLease,
+    Released, SkippedLease, StorageStatus, Verification, reclaim_read_max,
 };
 pub use secrets::{new_capability, new_credential_id, new_credential_key, new_lease_id};
 
 use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use tollgate_core::{
-    Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, Lease, LeaseFilter, Page,
-    PageRequest, UnitDomain, UsageEvent, UsageQuery, UsageReport,
+    Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, Lease, LeaseFilter, Page, PageRequest, UnitDomain, UsageEvent, UsageQuery, UsageReport, PageLimit,
 };
 
 /// Where usage goes. Implemented by every store and by the HTTP client, so that
@@ -49,7 +48,14 @@ pub trait Store: UsageSink {
     async fn create_account(&self, account_id: &str) -> Result<AccountView, Error>;
     /// Idempotent on `credit_id`: a replay with the same units returns the account
     /// with `created = false`; the same id with other units is `credit_conflict`.
-    async fn credit(&self, account_id: &str, credit_id: &str, units: u64) -> Result<CreditReceipt, Error>;
+    /// A credit that changes the counters is journaled at `now`.
+    async fn credit(
+        &self,
+        account_id: &str,
+        credit_id: &str,
+        units: u64,
+        now: Timestamp,
+    ) -> Result<CreditReceipt, Error>;
     /// The five mutating operations below each have an `_idempotent` form taking
     /// an optional [`Idempotency`]. With one, the operation and its record are
     /// one atomic step: a retry with the same key and request answers with the
@@ -189,6 +195,10 @@ pub trait Store: UsageSink {
     /// `(occurred_at, request_id)` order, after the query's cursor;
     /// `account_not_found` for an unknown account.
     async fn usage_events(&self, account_id: &str, query: &ExportQuery) -> Result<Page<UsageEvent>, Error>;
+    /// The entries of the journal of `account_id` after sequence number
+    /// `after`, at most `limit`, in sequence order (`tollgate_core::journal`).
+    /// An unknown account is `account_not_found`.
+    async fn journal(&self, account_id: &str, after: u64, limit: PageLimit) -> Result<JournalPage, Error>;
 
     /// Conservation of every account, the legacy-bound counts and, where the
     /// storage can hold them, rows that violate the database guards.

@@ -17,17 +17,16 @@ use std::sync::{Mutex, MutexGuard};
 use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use tollgate_core::ids::validate_label;
+use tollgate_core::journal::{EntryIds, EntryKind, usage_changes};
 use tollgate_core::ledger::{self, LeaseState};
 use tollgate_core::usage::{self, UsageView};
 use tollgate_core::{
-    Account, Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, KeyRoute, Lease,
-    LeaseFilter, Page, PageRequest, ReclaimPass, SecretHash, UnitDomain, UsageEvent, UsageQuery, UsageReport,
-    check_conservation, route_credential_key, validate_id,
+    Account, Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, KeyRoute, Lease, LeaseFilter, Page, PageRequest, ReclaimPass, SecretHash, UnitDomain, UsageEvent, UsageQuery, UsageReport, check_conservation, route_credential_key, validate_id, PageLimit,
 };
 
 use crate::idempotency::{Claim, IDEMPOTENCY_PURGE_BATCH_MAX, Idempotency, Replayable, Request};
 use crate::model::{
-    AccountView, CheckReport, Consolidated, CreditReceipt, IssuedCredential, IssuedLease, LeaseHandle,
+    AccountView, CheckReport, Consolidated, CreditReceipt, IssuedCredential, IssuedLease, JournalPage, LeaseHandle,
     LegacyBoundCount, ReclaimReport, ReclaimedLease, Released, SkippedLease, StorageStatus, Verification,
     reclaim_read_max,
 };
@@ -39,6 +38,10 @@ mod listings;
 mod records;
 
 use events::EventLog;
+mod journal;
+mod records;
+
+use journal::{Journals, ReclaimTouched};
 use records::IdempotencyRecords;
 
 const DOMAIN: UnitDomain = UnitDomain::U64;
@@ -112,6 +115,7 @@ struct State {
     /// Every credential by `(account_id, credential_id)`, the listing's order.
     credentials_by_account: BTreeSet<(String, String)>,
     idempotency: IdempotencyRecords,
+    journals: Journals,
 }
 
 impl MemoryStore {
@@ -302,6 +306,9 @@ impl UsageSink for MemoryStore {
     async fn ingest(&self, batch: Vec<UsageEvent>, now: Timestamp) -> Result<Vec<EventOutcome>, IngestError> {
         let mut state = self.lock();
         let plan = usage::classify(&batch, now, &self.policy, DOMAIN, &BatchView::new(&state, &batch))?;
+        for change in usage_changes(&batch, &plan, |id| state.accounts.get(id)) {
+            state.journals.record(change, now);
+        }
         for index in plan.accepted {
             state.events.record(&batch[index]);
         }
@@ -339,7 +346,13 @@ impl Store for MemoryStore {
         state.view(account_id)
     }
 
-    async fn credit(&self, account_id: &str, credit_id: &str, units: u64) -> Result<CreditReceipt, Error> {
+    async fn credit(
+        &self,
+        account_id: &str,
+        credit_id: &str,
+        units: u64,
+        now: Timestamp,
+    ) -> Result<CreditReceipt, Error> {
         validate_id("account_id", account_id)?;
         validate_id("credit_id", credit_id)?;
         let mut state = self.lock();
@@ -347,7 +360,7 @@ impl Store for MemoryStore {
         let key = (account_id.to_owned(), credit_id.to_owned());
         let created = account.credit_once(state.credits.get(&key).copied(), units, DOMAIN)?;
         if created {
-            state.accounts.insert(account_id.to_owned(), account);
+            state.put_account(account, EntryKind::Credit, EntryIds::credit(credit_id), now);
             state.credits.insert(key, units);
         }
         Ok(CreditReceipt { account: state.view(account_id)?, created })
@@ -365,8 +378,9 @@ impl Store for MemoryStore {
         self.run(idempotency, request, now, |state| {
             let mut account = state.account(account_id)?.clone();
             let grant = ledger::acquire(&mut account, units, ttl, now, &self.policy, DOMAIN)?;
-            state.accounts.insert(account_id.to_owned(), account);
-            Ok(state.grant_lease(account_id, grant))
+            let issued = state.grant_lease(account_id, grant);
+            state.put_account(account, EntryKind::Acquire, EntryIds::lease(&issued.lease.lease_id), now);
+            Ok(issued)
         })
     }
 
@@ -382,7 +396,7 @@ impl Store for MemoryStore {
             let mut lease = state.held_lease(account_id, lease_id, capability)?;
             let mut account = state.account(&lease.account_id).map_err(|_| orphan(&lease))?.clone();
             let settlement = ledger::release(&mut account, &mut lease, now, &self.policy, DOMAIN)?;
-            state.accounts.insert(account.account_id.clone(), account);
+            state.put_account(account, EntryKind::Release, EntryIds::lease(lease_id), now);
             state.store_settled(lease.clone());
             Ok(Released { lease, settlement })
         })
@@ -406,11 +420,13 @@ impl Store for MemoryStore {
                 .collect::<Result<Vec<_>, _>>()?;
             let (grant, settlements) =
                 ledger::consolidate(&mut account, &mut leases, extra_units, ttl, now, &self.policy, DOMAIN)?;
-            state.accounts.insert(account_id.to_owned(), account);
             for lease in &leases {
                 state.store_settled(lease.clone());
             }
             let lease = state.grant_lease(account_id, grant);
+            let sources = leases.iter().map(|l| l.lease_id.clone()).collect();
+            let ids = EntryIds::consolidate(&lease.lease.lease_id, sources);
+            state.put_account(account, EntryKind::Consolidate, ids, now);
             Ok(Consolidated { lease, settlements: leases.into_iter().zip(settlements).collect() })
         })
     }
@@ -436,8 +452,10 @@ impl Store for MemoryStore {
         }
         due.sort_by(|a, b| (&a.account_id, &a.lease_id).cmp(&(&b.account_id, &b.lease_id)));
         let mut reclaimed = Vec::with_capacity(due.len());
+        let mut touched = ReclaimTouched::default();
         for mut lease in due {
             let mut account = state.account(&lease.account_id).map_err(|_| orphan(&lease))?.clone();
+            let before = account.clone();
             match ledger::reclaim(&mut account, &mut lease, now, &self.policy, DOMAIN) {
                 Ok(Some(settlement)) => {
                     reclaimed.push(ReclaimedLease {
@@ -445,6 +463,7 @@ impl Store for MemoryStore {
                         account_id: lease.account_id.clone(),
                         settlement,
                     });
+                    touched.settled(&before, &lease.lease_id);
                     state.accounts.insert(account.account_id.clone(), account);
                     state.store_settled(lease);
                 }
@@ -452,6 +471,7 @@ impl Store for MemoryStore {
                 Err(error) => skipped.push(skip(&lease, &error)),
             }
         }
+        state.journal_reclaim(touched, now);
         Ok(ReclaimReport { reclaimed, skipped, limit })
     }
 
@@ -557,6 +577,8 @@ impl Store for MemoryStore {
 
     async fn usage_events(&self, account_id: &str, query: &ExportQuery) -> Result<Page<UsageEvent>, Error> {
         self.lock().usage_events(account_id, query)
+    async fn journal(&self, account_id: &str, after: u64, limit: PageLimit) -> Result<JournalPage, Error> {
+        self.lock().journal_page(account_id, after, limit)
     }
 
     async fn check(&self) -> Result<CheckReport, Error> {
@@ -582,6 +604,7 @@ impl Store for MemoryStore {
             violations,
             legacy_bounds,
             guard_violations: Vec::new(),
+            journal_mismatches: state.journal_mismatches(),
         })
     }
 

@@ -1,6 +1,7 @@
 //! What store operations return.
 
-use tollgate_core::{Account, Credential, Lease, LeaseState, Secret, Settlement, Violation};
+use tollgate_core::journal::ReplayError;
+use tollgate_core::{Account, Credential, Entry, Lease, LeaseState, Secret, Settlement, Violation};
 
 /// An account's counters and how many active leases it has.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,6 +143,41 @@ pub struct GuardViolation {
     pub value: i64,
 }
 
+/// One page of an account's journal.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct JournalPage {
+    /// In sequence order.
+    pub items: Vec<Entry>,
+    /// The sequence number to read on after when more entries follow this
+    /// page; `None` when this page holds the last one.
+    pub next_after: Option<u64>,
+}
+
+impl JournalPage {
+    /// The page of `limit` entries of `rows`, the entries after the
+    /// requested position in sequence order, at most `limit + 1` of them (the
+    /// one past the page only tells that more follow).
+    pub fn of(mut rows: Vec<Entry>, limit: usize) -> Self {
+        let more = rows.len() > limit;
+        rows.truncate(limit);
+        let next_after = if more { rows.last().map(|entry| entry.seq) } else { None };
+        Self { items: rows, next_after }
+    }
+}
+
+/// An account whose journal does not replay to its counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalMismatch {
+    pub account_id: String,
+    pub error: ReplayError,
+}
+
+impl std::fmt::Display for JournalMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "account {}: journal does not replay to its counters: {}", self.account_id, self.error)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CheckReport {
     pub accounts_checked: u64,
@@ -149,12 +185,16 @@ pub struct CheckReport {
     pub legacy_bounds: Vec<LegacyBoundCount>,
     /// Always empty on stores whose types cannot hold such rows.
     pub guard_violations: Vec<GuardViolation>,
+    /// Accounts whose journal does not replay to their counters, in account
+    /// order.
+    pub journal_mismatches: Vec<JournalMismatch>,
 }
 
 impl CheckReport {
-    /// Whether an operator may resume traffic: no equation and no guard violated.
+    /// Whether an operator may resume traffic: no equation and no guard
+    /// violated, and every journal replays to its account's counters.
     pub fn is_clean(&self) -> bool {
-        self.violations.is_empty() && self.guard_violations.is_empty()
+        self.violations.is_empty() && self.guard_violations.is_empty() && self.journal_mismatches.is_empty()
     }
 }
 

@@ -188,6 +188,13 @@ fn human_ledger(out: &mut String, ledger: &LedgerCheckBody) {
     for v in &ledger.violations {
         out.push_str(&format!("  VIOLATION account {}: {} ({} != {})\n", v.account_id, v.equation, v.left, v.right));
     }
+    out.push_str(&format!(
+        "journals:    {} accounts do not replay to their counters\n",
+        ledger.journal_mismatches.len()
+    ));
+    for m in &ledger.journal_mismatches {
+        out.push_str(&format!("  MISMATCH account {}: {}\n", m.account_id, m.reason));
+    }
     out.push_str("legacy bounds (state, expiry_is_upper_bound, count):\n");
     if ledger.legacy_bounds.is_empty() {
         out.push_str("  no leases\n");

@@ -99,7 +99,7 @@ impl Ledger {
         let store = Arc::new(MemoryStore::new(policy));
         let account_id = "acct-1".to_owned();
         store.create_account(&account_id).await.unwrap();
-        store.credit(&account_id, "credit-1", 1_000_000).await.unwrap();
+        store.credit(&account_id, "credit-1", 1_000_000, jiff::Timestamp::UNIX_EPOCH).await.unwrap();
         let credential = store.issue_credential(&account_id, "gateway", Timestamp::now()).await.unwrap();
         let lease = store.acquire(&account_id, 1_000, SignedDuration::from_hours(1), Timestamp::now()).await.unwrap();
         Self {
@@ -113,7 +113,7 @@ impl Ledger {
     /// A second account with credit and a credential on the same store.
     async fn other_tenant(&self, account_id: &str) -> Tenant {
         self.store.create_account(account_id).await.unwrap();
-        self.store.credit(account_id, "credit-1", 1_000_000).await.unwrap();
+        self.store.credit(account_id, "credit-1", 1_000_000, jiff::Timestamp::UNIX_EPOCH).await.unwrap();
         let credential = self.store.issue_credential(account_id, "gateway", Timestamp::now()).await.unwrap();
         Tenant { account_id: account_id.to_owned(), credential_id: credential.credential.credential_id }
     }

@@ -14,6 +14,7 @@ mod faults;
 mod gateway;
 mod gateway_faults;
 mod listings;
+mod journal;
 mod postgres;
 mod retries;
 mod routes;

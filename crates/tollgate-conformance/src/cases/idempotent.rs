@@ -130,7 +130,7 @@ pub async fn refused_keyed_requests_record_nothing<F: StoreFactory>(f: &F) {
     let k = key("refused-key-0001");
     let refused = s.acquire_idempotent(Some(&k), "acct", 10, secs(30), ts(T0)).await;
     assert_eq!(refused.unwrap_err(), Error::InsufficientBalance { available: 5, requested: 10 });
-    s.credit("acct", "top-up", 5).await.unwrap();
+    s.credit("acct", "top-up", 5, jiff::Timestamp::UNIX_EPOCH).await.unwrap();
     let granted = s.acquire_idempotent(Some(&k), "acct", 10, secs(30), ts(T0 + 1)).await.unwrap();
     assert_eq!(granted.lease.granted, 10);
     let once =

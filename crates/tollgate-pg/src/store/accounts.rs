@@ -1,11 +1,13 @@
 //! Accounts: creating and crediting them, and the reads of an account and of
 //! a lease.
 
+use jiff::Timestamp;
 use sqlx::FromRow;
-use tollgate_core::{Account, Error, Lease, validate_id};
+use tollgate_core::journal::EntryKind;
+use tollgate_core::{Account, Change, EntryIds, Error, InstantPair, Lease, validate_id};
 use tollgate_store::{AccountView, CreditReceipt};
 
-use super::errors::{corrupt, db_i64, storable, storage_error};
+use super::errors::{corrupt, db_i64, db_i64_delta, storable, storage_error};
 use super::load::{finish, lock_account};
 use super::rows::{AccountRow, LeaseRow, counters};
 use super::sql::{ACCOUNT_VIEW_SQL, CREATE_ACCOUNT_SQL, CREDIT_RECORDED_SQL, CREDIT_SQL, READ_LEASE_SQL};
@@ -36,12 +38,14 @@ impl Engine {
         account_id: &str,
         credit_id: &str,
         units: u64,
+        now: Timestamp,
     ) -> Result<CreditReceipt, Error> {
         validate_id("account_id", account_id)?;
         validate_id("credit_id", credit_id)?;
         let mut tx = self.begin().await?;
         let result: Result<CreditReceipt, Error> = async {
             let mut account = lock_account(&mut tx, account_id).await?;
+            let before = account.clone();
             let (existing_units, active): (Option<i64>, i64) = sqlx::query_as(CREDIT_RECORDED_SQL)
                 .bind(account_id)
                 .bind(credit_id)
@@ -58,12 +62,18 @@ impl Engine {
             if !account.credit_once(recorded, units, DOMAIN)? {
                 return Ok(CreditReceipt { account: view_of(account, active_leases), created: false });
             }
+            let change = Change::between(EntryKind::Credit, &before, &account, EntryIds::credit(credit_id))
+                .ok_or_else(|| corrupt(format!("credit {account_id}/{credit_id} changed no counter")))?;
+            let at = InstantPair::encode(now);
             sqlx::query(CREDIT_SQL)
                 .bind(account_id)
                 .bind(credit_id)
                 .bind(db_i64(account.credited, "credited")?)
                 .bind(db_i64(account.available, "available")?)
                 .bind(db_i64(units, "units")?)
+                .bind(db_i64_delta(&change.deltas)?)
+                .bind(at.floor_us)
+                .bind(at.submicro_ns)
                 .execute(&mut *tx)
                 .await
                 .map_err(storage_error)?;

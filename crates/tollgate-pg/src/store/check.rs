@@ -10,6 +10,7 @@ use tollgate_store::{CheckReport, GuardViolation, LegacyBoundCount};
 
 use super::Engine;
 use super::errors::{corrupt, negative_counter, storage_error};
+use super::journal::journal_mismatches;
 use super::load::finish;
 use super::rows::AccountRow;
 use super::sql::{CHECK_ACCOUNTS_SQL, CHECK_LEASES_SQL, CHECK_SNAPSHOT_SQL, LEGACY_BOUNDS_SQL};
@@ -58,6 +59,7 @@ async fn check_page(conn: &mut PgConnection, after: &str, report: &mut CheckRepo
         .map_err(storage_error)?;
     let Some(last) = accounts.last().map(|row| row.account_id.clone()) else { return Ok(None) };
     let page_ids: Vec<String> = accounts.iter().map(|row| row.account_id.clone()).collect();
+    report.journal_mismatches.extend(journal_mismatches(conn, &page_ids).await?);
     let leases: Vec<(String, String, i64, i64)> =
         sqlx::query_as(CHECK_LEASES_SQL).bind(&page_ids).fetch_all(&mut *conn).await.map_err(storage_error)?;
     let mut unchecked: HashSet<String> = HashSet::new();

@@ -22,12 +22,11 @@ use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use tokio::sync::watch;
 use tollgate_core::{
-    Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, Lease, LeaseFilter, Page,
-    PageRequest, UnitDomain, UsageEvent, UsageQuery, UsageReport,
+    Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, Lease, LeaseFilter, Page, PageRequest, UnitDomain, UsageEvent, UsageQuery, UsageReport, PageLimit,
 };
 use tollgate_store::{
-    AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, LeaseHandle,
-    ReclaimReport, Released, StorageStatus, Store, UsageSink, Verification,
+    AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, JournalPage,
+    LeaseHandle, ReclaimReport, Released, StorageStatus, Store, UsageSink, Verification,
 };
 
 use super::{Engine, PostgresStore};
@@ -134,9 +133,15 @@ impl Store for PostgresStore {
         self.complete(move |e| async move { e.create_account(&account_id).await }).await
     }
 
-    async fn credit(&self, account_id: &str, credit_id: &str, units: u64) -> Result<CreditReceipt, Error> {
+    async fn credit(
+        &self,
+        account_id: &str,
+        credit_id: &str,
+        units: u64,
+        now: Timestamp,
+    ) -> Result<CreditReceipt, Error> {
         let (account_id, credit_id) = (account_id.to_owned(), credit_id.to_owned());
-        self.complete(move |e| async move { e.credit(&account_id, &credit_id, units).await }).await
+        self.complete(move |e| async move { e.credit(&account_id, &credit_id, units, now).await }).await
     }
 
     async fn acquire_idempotent(
@@ -276,6 +281,9 @@ impl Store for PostgresStore {
     async fn usage_events(&self, account_id: &str, query: &ExportQuery) -> Result<Page<UsageEvent>, Error> {
         let (account_id, query) = (account_id.to_owned(), query.clone());
         self.complete(move |e| async move { e.usage_events(&account_id, &query).await }).await
+    async fn journal(&self, account_id: &str, after: u64, limit: PageLimit) -> Result<JournalPage, Error> {
+        let account_id = account_id.to_owned();
+        self.complete(move |e| async move { e.journal(&account_id, after, limit).await }).await
     }
 
     async fn check(&self) -> Result<CheckReport, Error> {

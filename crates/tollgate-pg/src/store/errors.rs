@@ -61,6 +61,17 @@ pub(super) fn db_i64(value: u64, counter: &'static str) -> Result<i64, Error> {
     i64::try_from(value).map_err(|_| Error::CounterOverflow { counter })
 }
 
+/// A journal entry's deltas as `BIGINT`s. Deltas between two counters of
+/// PostgreSQL's domain (`0..=i64::MAX`) always fit; one that does not names
+/// its counter.
+pub(super) fn db_i64_delta(deltas: &tollgate_core::Deltas) -> Result<[i64; tollgate_core::COUNTERS], Error> {
+    let mut out = [0i64; tollgate_core::COUNTERS];
+    for ((slot, delta), counter) in out.iter_mut().zip(deltas).zip(tollgate_core::COUNTER_NAMES) {
+        *slot = i64::try_from(*delta).map_err(|_| Error::CounterOverflow { counter })?;
+    }
+    Ok(out)
+}
+
 /// PostgreSQL text cannot hold NUL, so an identifier containing one cannot be
 /// stored and is never found; it is not sent as a parameter either.
 pub(super) fn storable(text: &str) -> bool {

@@ -6,6 +6,7 @@ use std::collections::HashSet;
 
 use jiff::Timestamp;
 use sqlx::PgConnection;
+use tollgate_core::journal::usage_changes;
 use tollgate_core::usage::{self, UsageSnapshot};
 use tollgate_core::{BATCH_EVENTS_MAX, Error, EventOutcome, IngestError, UsageEvent};
 
@@ -33,7 +34,10 @@ impl Engine {
             if plan.accepted.is_empty() {
                 return Ok(plan.outcomes);
             }
+            let journal = usage_changes(batch, &plan, |id| snapshot.accounts.get(id));
             let changes = Changes {
+                journal,
+                now,
                 accounts: plan.accounts.into_values().collect(),
                 leases: plan.leases.into_values().collect(),
                 credentials: plan.credentials.into_values().collect(),

@@ -7,8 +7,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use jiff::{SignedDuration, Timestamp};
 use sqlx::PgConnection;
+use tollgate_core::journal::EntryKind::{Acquire, Consolidate, Reclaim, Release};
 use tollgate_core::ledger;
-use tollgate_core::{Account, Error, InstantPair, Lease};
+use tollgate_core::{Account, Change, EntryIds, Error, InstantPair, Lease};
 use tollgate_store::{
     Consolidated, IssuedLease, LeaseHandle, ReclaimReport, ReclaimedLease, Released, SkippedLease, new_capability,
     new_lease_id, reclaim_read_max,
@@ -45,9 +46,11 @@ impl Engine {
         now: Timestamp,
     ) -> Result<IssuedLease, Error> {
         let mut account = lock_account(conn, account_id).await?;
+        let before = account.clone();
         let grant = ledger::acquire(&mut account, units, ttl, now, &self.policy, DOMAIN)?;
-        let mut changes = Changes::default();
+        let mut changes = Changes { now, ..Changes::default() };
         let issued = Self::stage_grant(account_id, grant, &mut changes);
+        changes.journal.extend(Change::between(Acquire, &before, &account, EntryIds::lease(&issued.lease.lease_id)));
         changes.accounts.push(account);
         persist(conn, &changes).await?;
         Ok(issued)
@@ -62,9 +65,12 @@ impl Engine {
         now: Timestamp,
     ) -> Result<Released, Error> {
         let (mut account, record) = load_held(conn, LOCK_HELD_LEASE_SQL, account_id, lease_id).await?;
+        let before = account.clone();
         let mut lease = held(Some(&record), capability)?;
         let settlement = ledger::release(&mut account, &mut lease, now, &self.policy, DOMAIN)?;
-        let changes = Changes { accounts: vec![account], leases: vec![lease.clone()], ..Changes::default() };
+        let journal = Change::between(Release, &before, &account, EntryIds::lease(lease_id)).into_iter().collect();
+        let changes =
+            Changes { accounts: vec![account], leases: vec![lease.clone()], journal, now, ..Changes::default() };
         persist(conn, &changes).await?;
         Ok(Released { lease, settlement })
     }
@@ -79,6 +85,7 @@ impl Engine {
         now: Timestamp,
     ) -> Result<Consolidated, Error> {
         let mut account = lock_account(conn, account_id).await?;
+        let before = account.clone();
         let lease_ids = sorted_ids(sources.iter().map(|h| h.lease_id.as_str()));
         // Sources are found under the account alone: a lease of another
         // account is not found, exactly like an unknown one.
@@ -89,8 +96,11 @@ impl Engine {
             .collect::<Result<Vec<_>, _>>()?;
         let (grant, settlements) =
             ledger::consolidate(&mut account, &mut leases, extra_units, ttl, now, &self.policy, DOMAIN)?;
-        let mut changes = Changes { leases: leases.clone(), ..Changes::default() };
+        let mut changes = Changes { leases: leases.clone(), now, ..Changes::default() };
         let lease = Self::stage_grant(account_id, grant, &mut changes);
+        let sources = leases.iter().map(|l| l.lease_id.clone()).collect();
+        let ids = EntryIds::consolidate(&lease.lease.lease_id, sources);
+        changes.journal.extend(Change::between(Consolidate, &before, &account, ids));
         changes.accounts.push(account);
         persist(conn, &changes).await?;
         Ok(Consolidated { lease, settlements: leases.into_iter().zip(settlements).collect() })
@@ -109,8 +119,9 @@ impl Engine {
         let (due, mut skipped) = lock_due(tx, cutoff, limit).await?;
         let account_ids = sorted_ids(due.iter().map(|l| l.account_id.as_str()));
         let (mut accounts, corrupt_accounts) = lock_due_accounts(tx, &account_ids).await?;
+        let before = accounts.clone();
         let mut reclaimed = Vec::with_capacity(due.len());
-        let mut changes = Changes::default();
+        let mut changes = Changes { now, ..Changes::default() };
         for mut lease in due {
             if let Some(error) = corrupt_accounts.get(&lease.account_id) {
                 skipped.push(skip(&lease.lease_id, &lease.account_id, error));
@@ -135,11 +146,26 @@ impl Engine {
         }
         let touched: BTreeSet<&str> = changes.leases.iter().map(|l| l.account_id.as_str()).collect();
         changes.accounts = accounts.into_values().filter(|a| touched.contains(a.account_id.as_str())).collect();
+        changes.journal = reclaim_changes(&before, &changes.accounts, &changes.leases);
         if !changes.leases.is_empty() {
             persist(tx, &changes).await?;
         }
         Ok(ReclaimReport { reclaimed, skipped, limit })
     }
+}
+
+/// One `reclaim` change per account the pass settled leases in, naming
+/// them in `lease_id` order.
+fn reclaim_changes(before: &BTreeMap<String, Account>, after: &[Account], settled: &[Lease]) -> Vec<Change> {
+    after
+        .iter()
+        .filter_map(|account| {
+            let mut leases: Vec<String> =
+                settled.iter().filter(|l| l.account_id == account.account_id).map(|l| l.lease_id.clone()).collect();
+            leases.sort();
+            Change::between(Reclaim, before.get(&account.account_id)?, account, EntryIds::reclaim(leases))
+        })
+        .collect()
 }
 
 /// Locks up to `limit` due leases (skipping those another transaction holds),

@@ -40,6 +40,7 @@ mod guesses;
 mod idempotency;
 mod ingest;
 mod listings;
+mod journal;
 mod load;
 mod locking;
 mod persist;
@@ -58,12 +59,11 @@ use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use sqlx::{PgConnection, PgPool};
 use tollgate_core::{
-    Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, InstantPair, Lease,
-    LeaseFilter, Page, PageRequest, ReclaimPass, UnitDomain, UsageEvent, UsageQuery, UsageReport,
+    Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, InstantPair, Lease, LeaseFilter, Page, PageRequest, ReclaimPass, UnitDomain, UsageEvent, UsageQuery, UsageReport, PageLimit,
 };
 use tollgate_store::{
-    AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, LeaseHandle,
-    ReclaimReport, Released, Request, StorageStatus, Store, UsageSink, Verification,
+    AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, JournalPage,
+    LeaseHandle, ReclaimReport, Released, Request, StorageStatus, Store, UsageSink, Verification,
 };
 
 pub use connect::{ConnectError, PgStoreConfig, connect_pool};
@@ -218,8 +218,14 @@ impl Store for Engine {
         self.create(account_id).await
     }
 
-    async fn credit(&self, account_id: &str, credit_id: &str, units: u64) -> Result<CreditReceipt, Error> {
-        self.credit_once(account_id, credit_id, units).await
+    async fn credit(
+        &self,
+        account_id: &str,
+        credit_id: &str,
+        units: u64,
+        now: Timestamp,
+    ) -> Result<CreditReceipt, Error> {
+        self.credit_once(account_id, credit_id, units, now).await
     }
 
     async fn acquire_idempotent(
@@ -370,6 +376,8 @@ impl Store for Engine {
 
     async fn list_credits(&self, account_id: &str, page: &PageRequest) -> Result<Page<CreditEntry>, Error> {
         self.credits_page(account_id, page).await
+    async fn journal(&self, account_id: &str, after: u64, limit: PageLimit) -> Result<JournalPage, Error> {
+        self.read_journal(account_id, after, limit).await
     }
 
     async fn check(&self) -> Result<CheckReport, Error> {

@@ -12,6 +12,9 @@
 //!
 //! Every statement is parameterised and names its columns.
 //!
+//! The statements that change an account's counters also write its journal,
+//! and live in `sql/journal.rs`.
+//!
 //! Statements of one feature may live in a file of `sql/`, declared at the end
 //! of this file and re-exported from it; their constants are
 //! `pub(in crate::store)`, and `tests/partitioning.rs` reads those files too.
@@ -189,15 +192,6 @@ pub(super) const ACCOUNT_VIEW_SQL: &str = concat!(
 pub(super) const CREDIT_RECORDED_SQL: &str = "SELECT (SELECT c.units FROM tollgate_credits c WHERE c.account_id = $1 AND c.credit_id = $2), \
         (SELECT count(*) FROM tollgate_leases l WHERE l.account_id = $1 AND l.state = 'active')";
 
-pub(super) const CREDIT_SQL: &str = "
-WITH credited AS (
-    UPDATE tollgate_accounts AS a SET credited = $3, available = $4
-    WHERE a.account_id = $1
-    RETURNING a.account_id
-)
-INSERT INTO tollgate_credits (account_id, credit_id, units)
-SELECT credited.account_id, $2, $5 FROM credited";
-
 // ------------------------------------------------------------------- leases
 
 /// The lease $2 of the account $1. Every statement that finds a lease by its
@@ -308,220 +302,6 @@ pub(super) const REVOKE_CREDENTIAL_SQL: &str = "UPDATE tollgate_credentials SET 
 pub(super) const RECORDED_EVENTS_SQL: &str = "SELECT u.account_id, u.request_id FROM tollgate_usage_events u \
      WHERE u.account_id = ANY($1) AND u.request_id = ANY($2)";
 
-// ------------------------------------------------------------------ persist
-
-/// The one write statement of the locking path. Each data-modifying CTE
-/// consumes parallel arrays, one per column (empty ones are no-ops), so every
-/// operation persists in one round trip, and the counts returned prove every
-/// intended row was written. Every row is found by its account and its key
-/// (the leases' and credentials' accounts are the last two arrays, $35 and
-/// $36), so each write stays within the accounts it names.
-pub(super) const PERSIST_SQL: &str = "
-WITH accounts AS (
-    UPDATE tollgate_accounts AS a
-    SET credited = u.credited, available = u.available, reserved = u.reserved,
-        consumed = u.consumed, overage = u.overage, billed = u.billed,
-        next_fence = u.next_fence
-    FROM unnest($1::text[], $2::int8[], $3::int8[], $4::int8[], $5::int8[], $6::int8[],
-                $7::int8[], $8::int8[])
-        AS u(account_id, credited, available, reserved, consumed, overage, billed, next_fence)
-    WHERE a.account_id = u.account_id
-    RETURNING 1
-), leases AS (
-    UPDATE tollgate_leases AS l
-    SET used = u.used, state = u.state,
-        settled_at = CASE WHEN u.state = 'active' THEN NULL ELSE coalesce(l.settled_at, now()) END
-    FROM unnest($35::text[], $9::text[], $10::int8[], $11::text[]) AS u(account_id, lease_id, used, state)
-    WHERE l.account_id = u.account_id AND l.lease_id = u.lease_id
-    RETURNING 1
-), granted AS (
-    INSERT INTO tollgate_leases (lease_id, account_id, fencing_token, capability_hash, granted,
-        used, state, expiry_floor_us, expiry_submicro_ns, expiry_is_upper_bound)
-    SELECT u.lease_id, u.account_id, u.fencing_token, u.capability_hash, u.granted,
-        u.used, u.state, u.expiry_floor_us, u.expiry_submicro_ns, u.expiry_is_upper_bound
-    FROM unnest($12::text[], $13::text[], $14::int8[], $15::bytea[], $16::int8[], $17::int8[],
-                $18::text[], $19::int8[], $20::int2[], $21::bool[])
-        AS u(lease_id, account_id, fencing_token, capability_hash, granted, used, state,
-             expiry_floor_us, expiry_submicro_ns, expiry_is_upper_bound)
-    RETURNING 1
-), credentials AS (
-    UPDATE tollgate_credentials AS c
-    SET accepted_events = u.accepted_events, accepted_units = u.accepted_units,
-        last_used_floor_us = u.last_used_floor_us, last_used_submicro_ns = u.last_used_submicro_ns
-    FROM unnest($36::text[], $22::text[], $23::int8[], $24::int8[], $25::int8[], $26::int2[])
-        AS u(account_id, credential_id, accepted_events, accepted_units, last_used_floor_us,
-             last_used_submicro_ns)
-    WHERE c.account_id = u.account_id AND c.credential_id = u.credential_id
-    RETURNING 1
-), events AS (
-    INSERT INTO tollgate_usage_events (account_id, request_id, credential_id, units,
-        occurred_at_floor_us, occurred_at_submicro_ns, lease_id, fencing_token, dimensions)
-    SELECT u.account_id, u.request_id, u.credential_id, u.units, u.occurred_at_floor_us,
-        u.occurred_at_submicro_ns, u.lease_id, u.fencing_token, u.dimensions::jsonb
-    FROM unnest($27::text[], $28::text[], $29::text[], $30::int8[], $31::int8[], $32::int2[],
-                $33::text[], $34::int8[], $37::text[])
-        AS u(account_id, request_id, credential_id, units, occurred_at_floor_us,
-             occurred_at_submicro_ns, lease_id, fencing_token, dimensions)
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM accounts), (SELECT count(*) FROM leases),
-       (SELECT count(*) FROM granted), (SELECT count(*) FROM credentials),
-       (SELECT count(*) FROM events)";
-
-// ----------------------------------------------------------- unlocked path
-
-/// Stores the account's new counters ($3) and inserts the granted lease
-/// ($4–$12), only if every counter still holds what the core decided on
-/// ($2). Returns whether it wrote, and the account as the statement found it
-/// (its snapshot, from before the write), for deciding again when it did not.
-pub(super) const ACQUIRE_IF_UNCHANGED_SQL: &str = concat!(
-    "
-WITH account AS (
-    UPDATE tollgate_accounts AS a
-    SET ",
-    assign_elements!("$3"),
-    "
-    WHERE a.account_id = $1
-      AND (",
-    counters!("a."),
-    ")
-          = (",
-    elements!("$2"),
-    ")
-    RETURNING a.account_id
-), granted AS (
-    INSERT INTO tollgate_leases (lease_id, account_id, fencing_token, capability_hash, granted,
-        used, state, expiry_floor_us, expiry_submicro_ns, expiry_is_upper_bound)
-    SELECT $4, account.account_id, $5, $6, $7, $8, $9, $10, $11, $12
-    FROM account
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM granted) AS written, ",
-    account_columns!(),
-    " FROM tollgate_accounts a WHERE a.account_id = $1"
-);
-
-/// The release write, for an account condition: settles the lease $2 of the
-/// account $1 if every column of its row still holds what the core decided
-/// on ($1–$3, $6–$11; `state` must be active), under its account's lock
-/// taken without waiting,
-/// and adds the lease's account change ($5, counters in `COUNTER_NAMES`
-/// order) to the account. Returns whether it wrote, the account's counters as
-/// written (the change is added to whatever the row held by then, which may
-/// differ from the view), and the lease and account as the statement found
-/// them (its snapshot).
-macro_rules! release_if_unchanged {
-    ($account_condition:expr) => {
-        concat!(
-            "
-WITH locked AS (
-    SELECT a.account_id
-    FROM tollgate_accounts AS a
-    WHERE a.account_id = $1",
-            $account_condition,
-            "
-    FOR NO KEY UPDATE SKIP LOCKED
-), settled AS (
-    UPDATE tollgate_leases AS l
-    SET state = $4, settled_at = now()
-    FROM locked
-    WHERE l.account_id = $1
-      AND l.lease_id = $2
-      AND l.account_id = locked.account_id
-      AND l.state = 'active'
-      AND l.used = $3
-      AND (l.fencing_token, l.capability_hash, l.granted, l.expiry_floor_us, l.expiry_submicro_ns,
-           l.expiry_is_upper_bound) = ($6, $7, $8, $9, $10, $11)
-    RETURNING l.account_id
-), accounts AS (
-    UPDATE tollgate_accounts AS a
-    SET ",
-            add_elements!("$5"),
-            "
-    FROM settled
-    WHERE a.account_id = $1 AND a.account_id = settled.account_id
-    RETURNING ",
-            counters!("a."),
-            "
-)
-SELECT (SELECT count(*) FROM accounts) AS written, w.credited AS written_credited,
-    w.available AS written_available, w.reserved AS written_reserved,
-    w.consumed AS written_consumed, w.overage AS written_overage, w.billed AS written_billed,
-    w.next_fence AS written_next_fence, ",
-            account_columns!(),
-            ", ",
-            lease_columns!(),
-            " FROM tollgate_leases l JOIN tollgate_accounts a ON a.account_id = l.account_id \
-     LEFT JOIN accounts w ON true WHERE l.account_id = $1 AND l.lease_id = $2"
-        )
-    };
-}
-
-/// The release write for a view read from the rows: the core decided on a
-/// decoded row, and the change is added to whatever the account holds.
-pub(super) const RELEASE_READ_IF_UNCHANGED_SQL: &str = release_if_unchanged!("");
-
-/// The release write for a remembered view, which was never decoded from the
-/// row: the account's counters must also still be those of the view ($12),
-/// so that only a row equal to it in every column is written.
-pub(super) const RELEASE_GUESSED_IF_UNCHANGED_SQL: &str =
-    release_if_unchanged!(concat!("\n      AND (", counters!("a."), ")\n          = (", elements!("$12"), ")"));
-
-/// Settles every listed lease that is still active with the `used` the core
-/// read, whose account it can lock without waiting, and adds each settled
-/// lease's account change ($5–$11, one array per counter in `COUNTER_NAMES`
-/// order) to its account. Returns the settled lease ids. Locks follow the
-/// global order: accounts by `account_id`, then their leases by `lease_id`
-/// (`leases`), before the UPDATE touches any lease row.
-pub(super) const SETTLE_IF_UNCHANGED_SQL: &str = concat!(
-    "
-WITH locked AS (
-    SELECT u.*
-    FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::int8[], $6::int8[], $7::int8[],
-                $8::int8[], $9::int8[], $10::int8[], $11::int8[])
-        AS u(account_id, lease_id, used, state, ",
-    counters!(""),
-    ")
-    JOIN tollgate_accounts AS a ON a.account_id = u.account_id
-    ORDER BY a.account_id
-    FOR NO KEY UPDATE OF a SKIP LOCKED
-), leases AS (
-    SELECT l.lease_id
-    FROM tollgate_leases AS l
-    JOIN locked AS k ON k.lease_id = l.lease_id AND k.account_id = l.account_id
-    ORDER BY l.lease_id
-    FOR UPDATE OF l
-), settled AS (
-    UPDATE tollgate_leases AS l
-    SET state = k.state, settled_at = now()
-    FROM locked AS k
-    JOIN leases AS x ON x.lease_id = k.lease_id
-    WHERE l.lease_id = k.lease_id
-      AND l.account_id = k.account_id
-      AND l.state = 'active'
-      AND l.used = k.used
-    RETURNING l.lease_id, l.account_id, ",
-    counters!("k."),
-    "
-), totals AS (
-    SELECT s.account_id, sum(s.credited) AS credited, sum(s.available) AS available,
-        sum(s.reserved) AS reserved, sum(s.consumed) AS consumed, sum(s.overage) AS overage,
-        sum(s.billed) AS billed, sum(s.next_fence) AS next_fence
-    FROM settled AS s
-    GROUP BY s.account_id
-), accounts AS (
-    UPDATE tollgate_accounts AS a
-    SET credited = a.credited + t.credited, available = a.available + t.available,
-        reserved = a.reserved + t.reserved, consumed = a.consumed + t.consumed,
-        overage = a.overage + t.overage, billed = a.billed + t.billed,
-        next_fence = a.next_fence + t.next_fence
-    FROM totals AS t
-    WHERE a.account_id = t.account_id
-    RETURNING 1
-)
-SELECT s.lease_id FROM settled AS s"
-);
-
 // ------------------------------------------------------------------- checks
 
 /// One page of accounts after $1, at most $2, in `account_id` order.
@@ -599,8 +379,12 @@ pub(super) const PURGE_KEYS_SQL: &str = "DELETE FROM tollgate_idempotency_keys k
      ORDER BY e.expires_floor_us, e.expires_submicro_ns LIMIT $3 FOR UPDATE SKIP LOCKED) d \
      WHERE k.account_id = d.account_id AND k.lookup_id = d.lookup_id";
 
-mod listings;
-pub(super) use listings::{LIST_ACCOUNTS_SQL, LIST_CREDENTIALS_SQL, LIST_CREDITS_SQL, LIST_LEASES_SQL};
+mod journal;
+pub(super) use journal::{
+    ACQUIRE_IF_UNCHANGED_SQL, CHECK_JOURNAL_SQL, CREDIT_SQL, PERSIST_SQL, READ_JOURNAL_SQL,
+    RELEASE_GUESSED_IF_UNCHANGED_SQL, RELEASE_READ_IF_UNCHANGED_SQL, SETTLE_IF_UNCHANGED_SQL,
+};
+
 #[cfg(test)]
 mod tests;
 

@@ -56,11 +56,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use jiff::{SignedDuration, Timestamp};
 use sqlx::PgConnection;
+use tollgate_core::journal::EntryKind;
 use tollgate_core::ledger::{self, LeaseState};
-use tollgate_core::{Account, COUNTERS, Error, InstantPair, Lease};
+use tollgate_core::{Account, COUNTERS, Change, EntryIds, Error, InstantPair, Lease};
 use tollgate_store::{IssuedLease, ReclaimReport, ReclaimedLease, Released, SkippedLease, reclaim_read_max};
 
-use super::errors::{corrupt, db_i64, out_of_range, storage_error};
+use super::errors::{corrupt, db_i64, db_i64_delta, out_of_range, storage_error};
 use super::load::{held, load_account, load_held};
 use super::rows::{
     AccountRow, HeldLeaseRow, LeaseRecord, LeaseRow, WrittenAccountRow, WrittenHeldRow, counters, difference,
@@ -94,9 +95,18 @@ struct Settling {
     difference: [i64; COUNTERS],
 }
 
+/// When an unlocked write ran, as its journal entry records it.
+fn journal_at(now: Timestamp) -> InstantPair {
+    InstantPair::encode(now)
+}
+
 /// Writes `settling` with `SETTLE_IF_UNCHANGED_SQL`. `None` when PostgreSQL
 /// refused the write for its ranges (nothing was written).
-async fn settle_if_unchanged(conn: &mut PgConnection, settling: &[Settling]) -> Result<Option<HashSet<String>>, Error> {
+async fn settle_if_unchanged(
+    conn: &mut PgConnection,
+    settling: &[Settling],
+    now: Timestamp,
+) -> Result<Option<HashSet<String>>, Error> {
     let mut query = sqlx::query_scalar::<_, String>(SETTLE_IF_UNCHANGED_SQL)
         .bind(settling.iter().map(|s| s.before.account_id.clone()).collect::<Vec<_>>())
         .bind(settling.iter().map(|s| s.before.lease_id.clone()).collect::<Vec<_>>())
@@ -106,7 +116,8 @@ async fn settle_if_unchanged(conn: &mut PgConnection, settling: &[Settling]) -> 
     for i in 0..COUNTERS {
         query = query.bind(settling.iter().map(|s| s.difference[i]).collect::<Vec<i64>>());
     }
-    let result = query.fetch_all(&mut *conn).await;
+    let at = journal_at(now);
+    let result = query.bind(at.floor_us).bind(at.submicro_ns).fetch_all(&mut *conn).await;
     match result {
         Ok(ids) => Ok(Some(ids.into_iter().collect())),
         Err(error) if out_of_range(&error) => Ok(None),
@@ -133,6 +144,7 @@ async fn release_if_unchanged(
     view: ReleaseView<'_>,
     account: &Account,
     state: LeaseState,
+    now: Timestamp,
 ) -> Result<Option<Option<WrittenHeldRow>>, Error> {
     let ReleaseView { account: account_before, lease: lease_before, record, guessed } = view;
     let sql = if guessed { RELEASE_GUESSED_IF_UNCHANGED_SQL } else { RELEASE_READ_IF_UNCHANGED_SQL };
@@ -148,7 +160,9 @@ async fn release_if_unchanged(
         .bind(db_i64(lease_before.granted, "granted")?)
         .bind(expiry.floor_us)
         .bind(expiry.submicro_ns)
-        .bind(lease_before.expiry_is_upper_bound);
+        .bind(lease_before.expiry_is_upper_bound)
+        .bind(journal_at(now).floor_us)
+        .bind(journal_at(now).submicro_ns);
     if guessed {
         query = query.bind(counters(account_before)?);
     }
@@ -188,6 +202,9 @@ impl Engine {
             let capability = issued.capability.hash();
             let lease = &issued.lease;
             let expiry = InstantPair::encode(lease.expiry);
+            let change = Change::between(EntryKind::Acquire, &before, &account, EntryIds::lease(&lease.lease_id))
+                .ok_or_else(|| corrupt(format!("acquire on {account_id} changed no counter")))?;
+            let at = journal_at(now);
             let found = sqlx::query_as::<_, WrittenAccountRow>(ACQUIRE_IF_UNCHANGED_SQL)
                 .bind(account_id)
                 .bind(counters(&before)?)
@@ -201,6 +218,9 @@ impl Engine {
                 .bind(expiry.floor_us)
                 .bind(expiry.submicro_ns)
                 .bind(lease.expiry_is_upper_bound)
+                .bind(db_i64_delta(&change.deltas)?)
+                .bind(at.floor_us)
+                .bind(at.submicro_ns)
                 .fetch_optional(&mut *conn)
                 .await
                 .map_err(storage_error)?;
@@ -259,7 +279,7 @@ impl Engine {
                 Err(refusal) => return Err(refusal),
             };
             let view = ReleaseView { account: &account_before, lease: &lease_before, record: &record, guessed };
-            let Some(found) = release_if_unchanged(&mut conn, view, &account, lease.state).await? else {
+            let Some(found) = release_if_unchanged(&mut conn, view, &account, lease.state, now).await? else {
                 self.guesses.forget(&lease_before.account_id, Some(lease_id));
                 return Ok(Attempt::Conflict);
             };
@@ -339,7 +359,7 @@ impl Engine {
         if settling.is_empty() {
             return Ok(Attempt::Done(ReclaimReport { reclaimed, skipped, limit }));
         }
-        let Some(settled) = settle_if_unchanged(&mut conn, &settling).await? else {
+        let Some(settled) = settle_if_unchanged(&mut conn, &settling, now).await? else {
             return Ok(Attempt::Conflict);
         };
         reclaimed.retain(|r| settled.contains(&r.lease_id));

@@ -88,7 +88,7 @@ async fn a_server_whose_clock_is_off_does_not_serve_or_reclaim_until_it_agrees()
     assert_eq!(call(&state, Method::GET, "/readyz", None).await.0, StatusCode::OK);
     let created = call(&state, Method::POST, "/v1/accounts", Some(serde_json::json!({"account_id": "a"}))).await;
     assert_eq!(created.0, StatusCode::CREATED, "{}", created.1);
-    store.credit("a", "c", 100).await.expect("credit");
+    store.credit("a", "c", 100, jiff::Timestamp::UNIX_EPOCH).await.expect("credit");
     let lease = store.acquire("a", 10, SignedDuration::from_secs(1), Timestamp::now()).await.expect("lease");
 
     // Five seconds ahead: by this server's clock the lease is past expiry and

@@ -13,8 +13,8 @@ use tollgate_core::{
 };
 use tollgate_server::Limits;
 use tollgate_store::{
-    AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, LeaseHandle,
-    ReclaimReport, Released, StorageStatus, Store, UsageSink, Verification,
+    AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, JournalPage,
+    LeaseHandle, ReclaimReport, Released, StorageStatus, Store, UsageSink, Verification,
 };
 
 use crate::support::{App, As, assert_error, start};
@@ -68,7 +68,7 @@ fn documented_routes() -> Vec<(Method, String, Option<bool>)> {
 async fn every_route_enforces_its_role() {
     let app = App::new();
     let routes = documented_routes();
-    assert_eq!(routes.iter().filter(|(_, _, role)| role.is_some()).count(), 20, "{routes:?}");
+    assert_eq!(routes.iter().filter(|(_, _, role)| role.is_some()).count(), 21, "{routes:?}");
     for (method, path, admin_only) in routes {
         let Some(admin_only) = admin_only else {
             let (status, _) = app.call(As::Nobody, method.clone(), &path, None).await;
@@ -633,7 +633,7 @@ impl Store for FaultyStore {
     async fn create_account(&self, _: &str) -> Result<AccountView, Error> {
         self.fail().await
     }
-    async fn credit(&self, _: &str, _: &str, _: u64) -> Result<CreditReceipt, Error> {
+    async fn credit(&self, _: &str, _: &str, _: u64, _: Timestamp) -> Result<CreditReceipt, Error> {
         self.fail().await
     }
     async fn acquire_idempotent(
@@ -724,6 +724,7 @@ impl Store for FaultyStore {
         self.fail().await
     }
     async fn usage_events(&self, _: &str, _: &tollgate_core::ExportQuery) -> Result<Page<UsageEvent>, Error> {
+    async fn journal(&self, _: &str, _: u64, _: tollgate_core::PageLimit) -> Result<JournalPage, Error> {
         self.fail().await
     }
     async fn check(&self) -> Result<CheckReport, Error> {

@@ -8,6 +8,7 @@ mod connections;
 mod handlers;
 mod idempotency;
 mod listings;
+mod journal;
 mod openapi;
 mod scoped;
 mod support;

@@ -15,7 +15,7 @@ async fn reclaim_skips_a_lease_of_a_missing_account_and_settles_the_rest() {
     let store = MemoryStore::new(policy);
     for account in ["broken", "healthy"] {
         store.create_account(account).await.unwrap();
-        store.credit(account, "seed", 100).await.unwrap();
+        store.credit(account, "seed", 100, jiff::Timestamp::UNIX_EPOCH).await.unwrap();
     }
     let broken = store.acquire("broken", 10, SignedDuration::from_nanos(1_000), at(0)).await.unwrap();
     let healthy = store.acquire("healthy", 10, SignedDuration::from_nanos(2_000), at(0)).await.unwrap();

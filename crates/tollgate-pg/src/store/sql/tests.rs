@@ -18,8 +18,8 @@ fn counter_lists_follow_the_core_names() {
 
 #[test]
 fn the_release_writes_differ_only_in_the_account_condition() {
-    assert!(!RELEASE_READ_IF_UNCHANGED_SQL.contains("$12"));
-    assert!(RELEASE_GUESSED_IF_UNCHANGED_SQL.contains("$12[7]"));
+    assert!(!RELEASE_READ_IF_UNCHANGED_SQL.contains("$14"));
+    assert!(RELEASE_GUESSED_IF_UNCHANGED_SQL.contains("$14[7]"));
     assert!(ACQUIRE_IF_UNCHANGED_SQL.contains("next_fence = $3[7]"));
 }
 
