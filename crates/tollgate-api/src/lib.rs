@@ -18,8 +18,8 @@ use tollgate_store::{
 };
 use utoipa::ToSchema;
 
-mod listings;
 mod journal;
+mod listings;
 mod objects;
 pub use listings::{CreditBody, PageBody};
 mod usage_queries;

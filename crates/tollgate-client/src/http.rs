@@ -27,8 +27,8 @@ use tollgate_api::{
 };
 use tollgate_core::{Secret, UsageEvent};
 
-mod listings;
 mod journal;
+mod listings;
 mod usage;
 mod usage_queries;
 

@@ -9,13 +9,13 @@ use crate::StoreFactory;
 use crate::support::*;
 
 mod idempotent;
-mod listings;
 mod journal;
+mod listings;
 mod scoped;
 mod usage_queries;
 pub use idempotent::*;
-pub use listings::*;
 pub use journal::*;
+pub use listings::*;
 pub use scoped::*;
 pub use usage_queries::*;
 

@@ -29,9 +29,9 @@ use crate::metrics::LeaseEvent;
 use crate::openapi;
 use crate::worker;
 
+mod journal;
 mod listings;
 mod usage;
-mod journal;
 
 type ApiResult = Result<Response, ApiError>;
 

@@ -26,7 +26,8 @@ pub use secrets::{new_capability, new_credential_id, new_credential_key, new_lea
 use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use tollgate_core::{
-    Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, Lease, LeaseFilter, Page, PageRequest, UnitDomain, UsageEvent, UsageQuery, UsageReport, PageLimit,
+    Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, Lease, LeaseFilter, Page,
+    PageLimit, PageRequest, UnitDomain, UsageEvent, UsageQuery, UsageReport,
 };
 
 /// Where usage goes. Implemented by every store and by the HTTP client, so that

@@ -21,7 +21,9 @@ use tollgate_core::journal::{EntryIds, EntryKind, usage_changes};
 use tollgate_core::ledger::{self, LeaseState};
 use tollgate_core::usage::{self, UsageView};
 use tollgate_core::{
-    Account, Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, KeyRoute, Lease, LeaseFilter, Page, PageRequest, ReclaimPass, SecretHash, UnitDomain, UsageEvent, UsageQuery, UsageReport, check_conservation, route_credential_key, validate_id, PageLimit,
+    Account, Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, KeyRoute, Lease,
+    LeaseFilter, Page, PageLimit, PageRequest, ReclaimPass, SecretHash, UnitDomain, UsageEvent, UsageQuery,
+    UsageReport, check_conservation, route_credential_key, validate_id,
 };
 
 use crate::idempotency::{Claim, IDEMPOTENCY_PURGE_BATCH_MAX, Idempotency, Replayable, Request};
@@ -34,13 +36,11 @@ use crate::secrets::{new_capability, new_credential_id, new_credential_key, new_
 use crate::{Store, UsageSink};
 
 mod events;
+mod journal;
 mod listings;
 mod records;
 
 use events::EventLog;
-mod journal;
-mod records;
-
 use journal::{Journals, ReclaimTouched};
 use records::IdempotencyRecords;
 
@@ -577,6 +577,8 @@ impl Store for MemoryStore {
 
     async fn usage_events(&self, account_id: &str, query: &ExportQuery) -> Result<Page<UsageEvent>, Error> {
         self.lock().usage_events(account_id, query)
+    }
+
     async fn journal(&self, account_id: &str, after: u64, limit: PageLimit) -> Result<JournalPage, Error> {
         self.lock().journal_page(account_id, after, limit)
     }

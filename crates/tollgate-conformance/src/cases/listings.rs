@@ -153,9 +153,9 @@ pub async fn credentials_and_credits_are_listed_by_id<F: StoreFactory>(f: &F) {
     s.issue_credential("b", "other", now).await.unwrap();
     s.revoke_credential("a", &issued[0].credential_id, now).await.unwrap();
     for (credit_id, units) in [("c2", 20), ("c10", 10), ("c1", 1)] {
-        s.credit("a", credit_id, units).await.unwrap();
+        s.credit("a", credit_id, units, jiff::Timestamp::UNIX_EPOCH).await.unwrap();
     }
-    s.credit("b", "c0", 5).await.unwrap();
+    s.credit("b", "c0", 5, jiff::Timestamp::UNIX_EPOCH).await.unwrap();
 
     let ids = sorted(issued.iter().map(|c| c.credential_id.clone()).collect());
     let s = &s;
@@ -191,7 +191,7 @@ pub async fn cursors_are_refused_across_listings_accounts_and_filters<F: StoreFa
             s.acquire(account, 1, secs(60), now).await.unwrap();
             s.issue_credential(account, "k", now).await.unwrap();
         }
-        s.credit(account, "extra", 1).await.unwrap();
+        s.credit(account, "extra", 1, jiff::Timestamp::UNIX_EPOCH).await.unwrap();
     }
     let one = PageRequest::first(limit(1));
     let after = |page: Option<String>| PageRequest::after(page.expect("a next page"), limit(1));
@@ -246,7 +246,7 @@ pub async fn rows_inserted_between_pages_are_neither_skipped_nor_repeated<F: Sto
         s.acquire("k02", 1, secs(60), now).await.unwrap();
     }
     for credit_id in ["c2", "c4", "c6"] {
-        s.credit("k04", credit_id, 1).await.unwrap();
+        s.credit("k04", credit_id, 1, jiff::Timestamp::UNIX_EPOCH).await.unwrap();
     }
     let before = s.list_leases("k02", LeaseFilter::All, &PageRequest::default()).await.unwrap();
     let before: Vec<String> = before.items.iter().map(|l| l.lease_id.clone()).collect();
@@ -293,7 +293,7 @@ pub async fn rows_inserted_between_pages_are_neither_skipped_nor_repeated<F: Sto
 
     let first = s.list_credits("k04", &PageRequest::first(limit(2))).await.unwrap();
     for credit_id in ["c1", "c3", "c5", "c7"] {
-        s.credit("k04", credit_id, 1).await.unwrap();
+        s.credit("k04", credit_id, 1, jiff::Timestamp::UNIX_EPOCH).await.unwrap();
     }
     let request = PageRequest::after(first.next_cursor.clone().expect("a next page"), limit(100));
     let rest = s.list_credits("k04", &request).await.unwrap();

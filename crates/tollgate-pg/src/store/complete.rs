@@ -22,7 +22,8 @@ use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use tokio::sync::watch;
 use tollgate_core::{
-    Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, Lease, LeaseFilter, Page, PageRequest, UnitDomain, UsageEvent, UsageQuery, UsageReport, PageLimit,
+    Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, Lease, LeaseFilter, Page,
+    PageLimit, PageRequest, UnitDomain, UsageEvent, UsageQuery, UsageReport,
 };
 use tollgate_store::{
     AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, JournalPage,
@@ -281,6 +282,8 @@ impl Store for PostgresStore {
     async fn usage_events(&self, account_id: &str, query: &ExportQuery) -> Result<Page<UsageEvent>, Error> {
         let (account_id, query) = (account_id.to_owned(), query.clone());
         self.complete(move |e| async move { e.usage_events(&account_id, &query).await }).await
+    }
+
     async fn journal(&self, account_id: &str, after: u64, limit: PageLimit) -> Result<JournalPage, Error> {
         let account_id = account_id.to_owned();
         self.complete(move |e| async move { e.journal(&account_id, after, limit).await }).await

@@ -39,8 +39,8 @@ mod errors;
 mod guesses;
 mod idempotency;
 mod ingest;
-mod listings;
 mod journal;
+mod listings;
 mod load;
 mod locking;
 mod persist;
@@ -59,7 +59,8 @@ use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use sqlx::{PgConnection, PgPool};
 use tollgate_core::{
-    Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, InstantPair, Lease, LeaseFilter, Page, PageRequest, ReclaimPass, UnitDomain, UsageEvent, UsageQuery, UsageReport, PageLimit,
+    Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, InstantPair, Lease,
+    LeaseFilter, Page, PageLimit, PageRequest, ReclaimPass, UnitDomain, UsageEvent, UsageQuery, UsageReport,
 };
 use tollgate_store::{
     AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, JournalPage,
@@ -376,6 +377,8 @@ impl Store for Engine {
 
     async fn list_credits(&self, account_id: &str, page: &PageRequest) -> Result<Page<CreditEntry>, Error> {
         self.credits_page(account_id, page).await
+    }
+
     async fn journal(&self, account_id: &str, after: u64, limit: PageLimit) -> Result<JournalPage, Error> {
         self.read_journal(account_id, after, limit).await
     }

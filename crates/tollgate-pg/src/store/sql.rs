@@ -388,5 +388,8 @@ pub(super) use journal::{
 #[cfg(test)]
 mod tests;
 
+mod listings;
+pub(super) use listings::{LIST_ACCOUNTS_SQL, LIST_CREDENTIALS_SQL, LIST_CREDITS_SQL, LIST_LEASES_SQL};
+
 mod usage_queries;
 pub(super) use usage_queries::{USAGE_EVENTS_AFTER_SQL, USAGE_EVENTS_FIRST_SQL, USAGE_TOTALS_SQL};

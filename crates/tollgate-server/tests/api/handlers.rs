@@ -724,6 +724,8 @@ impl Store for FaultyStore {
         self.fail().await
     }
     async fn usage_events(&self, _: &str, _: &tollgate_core::ExportQuery) -> Result<Page<UsageEvent>, Error> {
+        self.fail().await
+    }
     async fn journal(&self, _: &str, _: u64, _: tollgate_core::PageLimit) -> Result<JournalPage, Error> {
         self.fail().await
     }
