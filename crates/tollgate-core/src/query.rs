@@ -332,16 +332,9 @@ impl ExportQuery {
         from: Option<&str>,
         to: Option<&str>,
         cursor: Option<&str>,
-        limit: Option<&str>,
+        limit: PageLimit,
     ) -> Result<Self, Error> {
         let range = Range::new(parse_instant("from", from)?, parse_instant("to", to)?)?;
-        let limit = match limit {
-            None => PageLimit::new(None)?,
-            Some(text) => {
-                let limit = text.parse::<u32>().map_err(|_| Error::InvalidLimit { limit: 0, max: PageLimit::MAX })?;
-                PageLimit::new(Some(limit))?
-            }
-        };
         Self::new(account_id, range, cursor, limit)
     }
 

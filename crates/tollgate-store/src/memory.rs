@@ -23,18 +23,18 @@ use tollgate_core::usage::{self, UsageView};
 use tollgate_core::{
     Account, Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, KeyRoute, Lease,
     LeaseFilter, Page, PageLimit, PageRequest, ReclaimPass, SecretHash, UnitDomain, UsageEvent, UsageQuery,
-    UsageReport, check_conservation, route_credential_key, validate_id,
+    UsageReport, route_credential_key, validate_id,
 };
 
 use crate::idempotency::{Claim, IDEMPOTENCY_PURGE_BATCH_MAX, Idempotency, Replayable, Request};
 use crate::model::{
     AccountView, CheckReport, Consolidated, CreditReceipt, IssuedCredential, IssuedLease, JournalPage, LeaseHandle,
-    LegacyBoundCount, ReclaimReport, ReclaimedLease, Released, SkippedLease, StorageStatus, Verification,
-    reclaim_read_max,
+    ReclaimReport, ReclaimedLease, Released, SkippedLease, StorageStatus, Verification, reclaim_read_max,
 };
 use crate::secrets::{new_capability, new_credential_id, new_credential_key, new_lease_id};
 use crate::{Store, UsageSink};
 
+mod check;
 mod events;
 mod journal;
 mod listings;
@@ -584,30 +584,7 @@ impl Store for MemoryStore {
     }
 
     async fn check(&self) -> Result<CheckReport, Error> {
-        let state = self.lock();
-        let leases: Vec<Lease> = state.leases.iter().map(|(&key, record)| state.lease_of(key, record)).collect();
-        let mut leases_by_account: HashMap<&str, Vec<&Lease>> = HashMap::new();
-        let mut bounds: BTreeMap<(LeaseState, bool), u64> = BTreeMap::new();
-        for lease in &leases {
-            leases_by_account.entry(lease.account_id.as_str()).or_default().push(lease);
-            *bounds.entry((lease.state, lease.expiry_is_upper_bound)).or_default() += 1;
-        }
-        let mut violations = Vec::new();
-        for account in state.accounts.values() {
-            let leases = leases_by_account.get(account.account_id.as_str()).map(Vec::as_slice).unwrap_or(&[]);
-            violations.extend(check_conservation(account, leases.iter().copied()));
-        }
-        let legacy_bounds = bounds
-            .into_iter()
-            .map(|((state, expiry_is_upper_bound), count)| LegacyBoundCount { state, expiry_is_upper_bound, count })
-            .collect();
-        Ok(CheckReport {
-            accounts_checked: state.accounts.len() as u64,
-            violations,
-            legacy_bounds,
-            guard_violations: Vec::new(),
-            journal_mismatches: state.journal_mismatches(),
-        })
+        Ok(self.lock().check_report())
     }
 
     async fn status(&self) -> Result<StorageStatus, Error> {

@@ -6,6 +6,7 @@
 mod accounts;
 mod check;
 mod config;
+mod journal;
 mod migrate;
 mod remote;
 mod serve;
@@ -46,6 +47,8 @@ enum Command {
     /// An account's usage by time window and group (credential, lease,
     /// funding or a dimension).
     Usage(usage::UsageArgs),
+    /// An account's journal: every change to its counters, in order.
+    Journal(journal::JournalArgs),
 }
 
 fn main() -> ExitCode {
@@ -65,6 +68,7 @@ fn main() -> ExitCode {
             Command::Check(args) => check::run(args).await,
             Command::Accounts(args) => accounts::run(args).await,
             Command::Usage(args) => usage::run(args).await,
+            Command::Journal(args) => journal::run(args).await,
         }
     });
     match result {

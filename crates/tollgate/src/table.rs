@@ -9,6 +9,8 @@ use std::fmt::Write as _;
 pub(crate) enum Cell {
     Text(String),
     Number(u64),
+    /// A signed change (a journal delta), printed with its sign.
+    Signed(i128),
 }
 
 impl Cell {
@@ -16,6 +18,8 @@ impl Cell {
         match self {
             Cell::Text(text) => text.clone(),
             Cell::Number(number) => number.to_string(),
+            Cell::Signed(change) if *change > 0 => format!("+{change}"),
+            Cell::Signed(change) => change.to_string(),
         }
     }
 
@@ -23,6 +27,13 @@ impl Cell {
         match self {
             Cell::Text(text) => serde_json::Value::from(text.as_str()),
             Cell::Number(number) => serde_json::Value::from(*number),
+            // A JSON number where one is exact everywhere serde_json can
+            // hold it; beyond the 64-bit range (the memory store's u64
+            // counters can change by more), its decimal string.
+            Cell::Signed(change) => match i64::try_from(*change) {
+                Ok(change) => serde_json::Value::from(change),
+                Err(_) => serde_json::Value::from(change.to_string()),
+            },
         }
     }
 }
@@ -88,7 +99,8 @@ impl Table {
             .collect();
         let mut out = String::new();
         let header: Vec<String> = self.columns.iter().map(|name| name.to_uppercase()).collect();
-        let numeric = |i: usize| self.rows.first().is_some_and(|row| matches!(row[i], Cell::Number(_)));
+        let numeric =
+            |i: usize| self.rows.first().is_some_and(|row| matches!(row[i], Cell::Number(_) | Cell::Signed(_)));
         for row in std::iter::once(&header).chain(&cells) {
             let line: Vec<String> = row
                 .iter()

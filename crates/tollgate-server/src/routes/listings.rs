@@ -1,64 +1,19 @@
 //! The listings: `GET` on the collections of accounts, and of an account's
 //! leases, credentials and credits, one page at a time.
 //!
-//! Query parameters are read by [`QueryParams`], never by axum's `Query`,
-//! whose rejection is plain text: every bad parameter is a typed JSON 400
-//! (`invalid_limit`, `invalid_cursor`, `invalid_state`). A parameter given
-//! empty counts as absent, and when one is given twice the last one counts.
+//! Query parameters are read by [`QueryParams`]: every bad parameter is a
+//! typed JSON 400 (`invalid_limit`, `invalid_cursor`, `invalid_state`,
+//! `invalid_query` for one a listing does not take or one given twice).
 
-use std::collections::HashMap;
-use std::convert::Infallible;
-
-use axum::extract::{FromRequestParts, State};
+use axum::extract::State;
 use axum::http::StatusCode;
-use axum::http::request::Parts;
 use tollgate_api::{AccountBody, CredentialBody, CreditBody, ErrorBody, LeaseBody, PageBody};
-use tollgate_core::{Error, LeaseFilter, PageLimit, PageRequest};
+use tollgate_core::LeaseFilter;
 
 use super::{ApiResult, json};
 use crate::AppState;
 use crate::auth::{AdminAuth, GatewayAuth};
-use crate::extract::ApiPath;
-
-/// The query string's parameters, percent-decoded. Reusable by any route
-/// that takes query parameters: [`QueryParams::get`] for a value,
-/// [`QueryParams::page`] for a listing's `cursor` and `limit`.
-pub(crate) struct QueryParams(HashMap<String, String>);
-
-impl<S: Send + Sync> FromRequestParts<S> for QueryParams {
-    type Rejection = Infallible;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Infallible> {
-        let query = parts.uri.query().unwrap_or_default();
-        Ok(Self(form_urlencoded::parse(query.as_bytes()).into_owned().collect()))
-    }
-}
-
-impl QueryParams {
-    /// The parameter `name`, `None` when absent or empty.
-    pub(crate) fn get(&self, name: &str) -> Option<&str> {
-        self.0.get(name).map(String::as_str).filter(|value| !value.is_empty())
-    }
-
-    /// `limit`: absent is the default; anything but an integer from 1 to
-    /// the maximum is `invalid_limit` (a value that is no number at all is
-    /// reported as 0, one beyond `u32` as `u32::MAX`).
-    pub(crate) fn limit(&self) -> Result<PageLimit, Error> {
-        let requested = match self.get("limit") {
-            None => None,
-            Some(text) if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) => {
-                Some(text.parse::<u32>().unwrap_or(u32::MAX))
-            }
-            Some(_) => Some(0),
-        };
-        PageLimit::new(requested)
-    }
-
-    /// `cursor` and `limit`.
-    pub(crate) fn page(&self) -> Result<PageRequest, Error> {
-        Ok(PageRequest { cursor: self.get("cursor").map(str::to_owned), limit: self.limit()? })
-    }
-}
+use crate::extract::{ApiPath, QueryParams};
 
 /// Accounts in `account_id` order, optionally those whose id starts with
 /// `prefix`.
@@ -75,6 +30,7 @@ impl QueryParams {
     ),
 )]
 pub(crate) async fn list_accounts(_: AdminAuth, State(state): State<AppState>, query: QueryParams) -> ApiResult {
+    let query = query.only(&["prefix", "cursor", "limit"])?;
     let page = query.page()?;
     let accounts = state.store().list_accounts(query.get("prefix").unwrap_or(""), &page).await?;
     json(StatusCode::OK, PageBody::<AccountBody>::of(&accounts))
@@ -102,6 +58,7 @@ pub(crate) async fn list_leases(
     ApiPath(account_id): ApiPath<String>,
     query: QueryParams,
 ) -> ApiResult {
+    let query = query.only(&["state", "cursor", "limit"])?;
     let filter = LeaseFilter::parse(query.get("state"))?;
     let page = query.page()?;
     let leases = state.store().list_leases(&account_id, filter, &page).await?;
@@ -128,7 +85,7 @@ pub(crate) async fn list_credentials(
     ApiPath(account_id): ApiPath<String>,
     query: QueryParams,
 ) -> ApiResult {
-    let page = query.page()?;
+    let page = query.only(&["cursor", "limit"])?.page()?;
     let credentials = state.store().list_credentials(&account_id, &page).await?;
     json(StatusCode::OK, PageBody::<CredentialBody>::of(&credentials))
 }
@@ -153,7 +110,7 @@ pub(crate) async fn list_credits(
     ApiPath(account_id): ApiPath<String>,
     query: QueryParams,
 ) -> ApiResult {
-    let page = query.page()?;
+    let page = query.only(&["cursor", "limit"])?.page()?;
     let credits = state.store().list_credits(&account_id, &page).await?;
     json(StatusCode::OK, PageBody::<CreditBody>::of(&credits))
 }

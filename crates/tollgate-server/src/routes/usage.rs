@@ -1,15 +1,15 @@
 //! The usage read side: totals by window and group, and the export of
 //! accepted events as JSON pages or one NDJSON stream.
 //!
-//! Query strings are read here, not by axum's `Query`: a parameter named
-//! twice or one these routes do not take is `400 invalid_query`, and every
-//! value is checked by the core's parsers, so each bad value answers its own
-//! typed code (`invalid_timestamp`, `invalid_range`, `invalid_window`,
+//! Query strings are read by `QueryParams`: a parameter named twice or one
+//! these routes do not take is `400 invalid_query`, and every value is
+//! checked by the core's parsers, so each bad value answers its own typed
+//! code (`invalid_timestamp`, `invalid_range`, `invalid_window`,
 //! `invalid_group_by`, `too_many_buckets`, `invalid_limit`,
 //! `invalid_cursor`), never a 500 or a plain-text rejection.
 
 use axum::body::{Body, Bytes};
-use axum::extract::{RawQuery, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
@@ -20,38 +20,12 @@ use tollgate_core::{Error, Page, PageLimit, UsageEvent};
 use crate::AppState;
 use crate::auth::GatewayAuth;
 use crate::error::ApiError;
-use crate::extract::ApiPath;
+use crate::extract::{ApiPath, QueryParams};
 
 type ApiResult = Result<Response, ApiError>;
 
 /// The media type of the streamed export.
 pub(crate) const NDJSON: &str = "application/x-ndjson";
-
-/// The values of a query string, by the names a route takes.
-struct Params<'n> {
-    names: &'n [&'static str],
-    values: Vec<Option<String>>,
-}
-
-impl<'n> Params<'n> {
-    fn parse(query: Option<&str>, names: &'n [&'static str]) -> Result<Self, ApiError> {
-        let mut values = vec![None; names.len()];
-        for (name, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
-            let Some(index) = names.iter().position(|known| *known == name) else {
-                return Err(ApiError::InvalidQuery(format!("unknown query parameter {name:?}")));
-            };
-            if values[index].replace(value.into_owned()).is_some() {
-                return Err(ApiError::InvalidQuery(format!("query parameter {name} is given twice")));
-            }
-        }
-        Ok(Self { names, values })
-    }
-
-    fn get(&self, name: &str) -> Option<&str> {
-        let index = self.names.iter().position(|known| *known == name)?;
-        self.values[index].as_deref()
-    }
-}
 
 /// Units and event counts of an account's accepted events in `[from, to)`,
 /// by UTC-aligned window and by group.
@@ -80,9 +54,9 @@ pub(crate) async fn get_usage(
     _: GatewayAuth,
     State(state): State<AppState>,
     ApiPath(account_id): ApiPath<String>,
-    RawQuery(query): RawQuery,
+    params: QueryParams,
 ) -> ApiResult {
-    let params = Params::parse(query.as_deref(), &["from", "to", "window", "group_by"])?;
+    let params = params.only(&["from", "to", "window", "group_by"])?;
     let query = UsageQuery::parse(params.get("from"), params.get("to"), params.get("window"), params.get("group_by"))?;
     let report = state.store().usage(&account_id, &query).await?;
     Ok((StatusCode::OK, axum::Json(UsageReportBody::from(&report))).into_response())
@@ -125,9 +99,9 @@ pub(crate) async fn get_usage_events(
     _: GatewayAuth,
     State(state): State<AppState>,
     ApiPath(account_id): ApiPath<String>,
-    RawQuery(query): RawQuery,
+    params: QueryParams,
 ) -> ApiResult {
-    let params = Params::parse(query.as_deref(), &["from", "to", "cursor", "limit", "format"])?;
+    let params = params.only(&["from", "to", "cursor", "limit", "format"])?;
     let streamed = match params.get("format") {
         None | Some("json") => false,
         Some("ndjson") => true,
@@ -135,7 +109,7 @@ pub(crate) async fn get_usage_events(
     };
     let (from, to, cursor) = (params.get("from"), params.get("to"), params.get("cursor"));
     if !streamed {
-        let query = ExportQuery::parse(&account_id, from, to, cursor, params.get("limit"))?;
+        let query = ExportQuery::parse(&account_id, from, to, cursor, params.limit()?)?;
         let page = state.store().usage_events(&account_id, &query).await?;
         let body = UsageEventsPage {
             items: page.items.iter().map(ExportedEventBody::from).collect(),
@@ -143,7 +117,7 @@ pub(crate) async fn get_usage_events(
         };
         return Ok((StatusCode::OK, axum::Json(body)).into_response());
     }
-    let query = ExportQuery::parse(&account_id, from, to, cursor, Some(&PageLimit::MAX.to_string()))?;
+    let query = ExportQuery::parse(&account_id, from, to, cursor, PageLimit::new(Some(PageLimit::MAX))?)?;
     // The first page is read before answering, so that an unknown account or
     // an unavailable store is a proper error status, not a broken stream.
     let first = state.store().usage_events(&account_id, &query).await?;

@@ -57,10 +57,17 @@ async fn bad_parameters_are_typed_and_an_unknown_account_is_not_found() {
         let answer = app.call(As::Gateway, Method::GET, &format!("/v1/accounts/acct/journal?{query}"), None).await;
         assert_error(answer, StatusCode::BAD_REQUEST, "invalid_limit", false);
     }
-    for query in ["after=-1", "after=x", "after=18446744073709551616", "after="] {
+    for query in ["after=-1", "after=x", "after=18446744073709551616"] {
         let answer = app.call(As::Gateway, Method::GET, &format!("/v1/accounts/acct/journal?{query}"), None).await;
         assert_error(answer, StatusCode::BAD_REQUEST, "invalid_after", false);
     }
+    // One rule for every route's query string: a parameter the route does
+    // not take, or one given twice, is refused; one given empty is absent.
+    for query in ["cursor=x", "after=1&after=2"] {
+        let answer = app.call(As::Gateway, Method::GET, &format!("/v1/accounts/acct/journal?{query}"), None).await;
+        assert_error(answer, StatusCode::BAD_REQUEST, "invalid_query", false);
+    }
+    app.ok(As::Gateway, Method::GET, "/v1/accounts/acct/journal?after=", None, StatusCode::OK).await;
     let unknown = app.call(As::Gateway, Method::GET, "/v1/accounts/nobody/journal", None).await;
     assert_error(unknown, StatusCode::NOT_FOUND, "account_not_found", false);
     let anonymous = app.call(As::Nobody, Method::GET, "/v1/accounts/acct/journal", None).await;

@@ -41,7 +41,7 @@ async fn bad_query_strings_are_typed_400s() {
         (usage(&format!("from={TO}&to={FROM}")), "invalid_range"),
         (usage(&format!("from={FROM}&to={FROM}")), "invalid_range"),
         (usage(&format!("{range}&window=PT1S")), "invalid_window"),
-        (usage(&format!("{range}&window=")), "invalid_window"),
+        (usage(&format!("{range}&window=p1d")), "invalid_window"),
         (usage(&format!("{range}&group_by=account")), "invalid_group_by"),
         (usage(&format!("{range}&group_by=dimension:Bad")), "invalid_group_by"),
         (usage(&format!("from={FROM}&to=2024-01-08T00:00:00Z&window=PT1M")), "too_many_buckets"),

@@ -112,3 +112,102 @@ async fn a_refusal_is_printed_with_its_code_and_fails() {
     assert!(!ok);
     assert!(stderr.contains("tollgate: error: connect_failed"), "{stderr}");
 }
+
+/// `acct-a` with a credential and three overage events in two hours, two of
+/// them with a `model`.
+async fn server_with_usage() -> Server {
+    let server = server_with_accounts().await;
+    let issued = server
+        .ok(
+            As::Admin,
+            Method::POST,
+            "/v1/accounts/acct-a/credentials",
+            Some(json!({"label": "gw"})),
+            StatusCode::CREATED,
+        )
+        .await;
+    let credential_id = issued["credential_id"].as_str().expect("a credential id");
+    let event = |request_id: &str, units: u64, at: &str, dimensions: Value| {
+        json!({"request_id": request_id, "account_id": "acct-a", "credential_id": credential_id,
+               "units": units, "occurred_at": at, "dimensions": dimensions})
+    };
+    let events = json!({"events": [
+        event("r1", 7, "2026-01-01T00:10:00Z", json!({"model": "m1"})),
+        event("r2", 5, "2026-01-01T01:20:00Z", json!({"model": "m2"})),
+        event("r3", 3, "2026-01-01T01:30:00Z", json!({})),
+    ]});
+    let outcomes = server.ok(As::Gateway, Method::POST, "/v1/usage", Some(events), StatusCode::OK).await;
+    assert!(outcomes.to_string().matches("accepted").count() == 3, "{outcomes}");
+    server
+}
+
+async fn remote(server: &Server, args: &[&str]) -> (bool, String, String) {
+    run(args, &[("TOLLGATE_URL", &server.base), ("TOLLGATE_ADMIN_TOKEN", ADMIN)]).await
+}
+
+#[tokio::test]
+async fn usage_prints_one_row_per_bucket_and_group() {
+    let server = server_with_usage().await;
+    let range = ["--from", "2026-01-01T00:00:00Z", "--to", "2026-01-01T02:00:00Z"];
+    let args: Vec<&str> =
+        [&["usage", "acct-a"][..], &range, &["--window", "PT1H", "--group-by", "dimension:model", "--csv"]].concat();
+    let (ok, stdout, stderr) = remote(&server, &args).await;
+    assert!(ok, "{stderr}");
+    assert_eq!(
+        stdout,
+        "start,end,group,units,events\r\n\
+         2026-01-01T00:00:00Z,2026-01-01T01:00:00Z,m1,7,1\r\n\
+         2026-01-01T01:00:00Z,2026-01-01T02:00:00Z,,3,1\r\n\
+         2026-01-01T01:00:00Z,2026-01-01T02:00:00Z,m2,5,1\r\n"
+    );
+
+    // The whole range as one bucket; an empty range of days shows its days.
+    let args: Vec<&str> = [&["usage", "acct-a"][..], &range, &["--json"]].concat();
+    let (ok, stdout, stderr) = remote(&server, &args).await;
+    assert!(ok, "{stderr}");
+    let rows: Value = serde_json::from_str(&stdout).expect("one JSON document");
+    assert_eq!(
+        rows,
+        json!([{"start": "2026-01-01T00:00:00Z", "end": "2026-01-01T02:00:00Z", "group": "",
+                             "units": "15", "events": "3"}])
+    );
+    let args = ["usage", "acct-b", "--from", "2026-01-01T00:00:00Z", "--to", "2026-01-03T00:00:00Z", "--window", "P1D"];
+    let (ok, stdout, stderr) = remote(&server, &args).await;
+    assert!(ok, "{stderr}");
+    assert_eq!(stdout.lines().count(), 3, "a header and two empty days:\n{stdout}");
+
+    // Refusals carry their codes, from the command line or from the server.
+    let (ok, _, stderr) = remote(&server, &["usage", "acct-a", "--window", "P1W"]).await;
+    assert!(!ok && stderr.contains("invalid_window"), "{stderr}");
+    let args = ["usage", "acct-a", "--from", "2026-01-02T00:00:00Z", "--to", "2026-01-01T00:00:00Z"];
+    let (ok, _, stderr) = remote(&server, &args).await;
+    assert!(!ok && stderr.contains("invalid_range (HTTP 400)"), "{stderr}");
+    let (ok, _, stderr) = remote(&server, &["usage", "nobody"]).await;
+    assert!(!ok && stderr.contains("account_not_found (HTTP 404)"), "{stderr}");
+    server.kill().await;
+}
+
+#[tokio::test]
+async fn journal_prints_every_change_with_signed_deltas() {
+    let server = server_with_usage().await;
+    let (ok, stdout, stderr) = remote(&server, &["journal", "acct-a", "--json"]).await;
+    assert!(ok, "{stderr}");
+    let rows: Value = serde_json::from_str(&stdout).expect("one JSON document");
+    let rows = rows.as_array().expect("rows");
+    let kinds: Vec<&str> = rows.iter().map(|row| row["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["credit", "acquire", "usage"]);
+    assert_eq!((rows[0]["seq"].clone(), rows[0]["credited"].clone()), (json!(1), json!(1200)));
+    assert_eq!(rows[0]["ids"], "credit:c1");
+    assert_eq!((rows[1]["available"].clone(), rows[1]["reserved"].clone()), (json!(-200), json!(200)));
+    assert_eq!((rows[2]["overage"].clone(), rows[2]["billed"].clone()), (json!(15), json!(15)));
+    assert_eq!(rows[2]["ids"], "events:3");
+
+    let (ok, stdout, stderr) = remote(&server, &["journal", "acct-a", "--after", "1", "--limit", "1"]).await;
+    assert!(ok, "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert!(lines[1].starts_with("  2  acquire") && lines[1].contains("-200") && lines[1].contains("+200"), "{stdout}");
+    let (ok, _, stderr) = remote(&server, &["journal", "nobody"]).await;
+    assert!(!ok && stderr.contains("account_not_found (HTTP 404)"), "{stderr}");
+    server.kill().await;
+}

@@ -121,6 +121,8 @@ async fn the_walkthrough_runs_as_written() {
         "gpt-4o-mini  10",
         "the retry answered lease lse_",
         "is reclaimed",
+        "credit:invoice-2024-001",
+        "reclaim",
         r#""ok": true"#,
         r#""code": "forbidden""#,
     ] {
