@@ -49,6 +49,27 @@ impl Engine {
         found.map(|_| ()).ok_or(Error::AccountNotFound)
     }
 
+    /// The rows of `sql` for one page of an account's listing that takes
+    /// the account, the cursor's key and the bound; `account_not_found` for
+    /// an unknown account.
+    async fn account_rows<R>(&self, sql: &'static str, account_id: &str, listing: &Listing) -> Result<Vec<R>, Error>
+    where
+        R: for<'r> FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+    {
+        if !storable(account_id) {
+            return Err(Error::AccountNotFound);
+        }
+        let rows: Vec<R> = sqlx::query_as(sql)
+            .bind(account_id)
+            .bind(listing.after().unwrap_or(""))
+            .bind(Self::fetch(listing)?)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(storage_error)?;
+        self.existing(account_id, rows.len()).await?;
+        Ok(rows)
+    }
+
     pub(super) async fn accounts_page(&self, prefix: &str, page: &PageRequest) -> Result<Page<AccountView>, Error> {
         let listing = Listing::accounts(prefix, page)?;
         if !account_prefix_can_match(prefix) {
@@ -100,17 +121,7 @@ impl Engine {
         page: &PageRequest,
     ) -> Result<Page<Credential>, Error> {
         let listing = Listing::credentials(account_id, page)?;
-        if !storable(account_id) {
-            return Err(Error::AccountNotFound);
-        }
-        let rows: Vec<CredentialRow> = sqlx::query_as(LIST_CREDENTIALS_SQL)
-            .bind(account_id)
-            .bind(listing.after().unwrap_or(""))
-            .bind(Self::fetch(&listing)?)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(storage_error)?;
-        self.existing(account_id, rows.len()).await?;
+        let rows: Vec<CredentialRow> = self.account_rows(LIST_CREDENTIALS_SQL, account_id, &listing).await?;
         let credentials =
             rows.into_iter().map(|row| Ok(row.decode()?.credential)).collect::<Result<Vec<_>, Error>>()?;
         Ok(listing.page(credentials, |credential| credential.credential_id.as_str()))
@@ -118,17 +129,7 @@ impl Engine {
 
     pub(super) async fn credits_page(&self, account_id: &str, page: &PageRequest) -> Result<Page<CreditEntry>, Error> {
         let listing = Listing::credits(account_id, page)?;
-        if !storable(account_id) {
-            return Err(Error::AccountNotFound);
-        }
-        let rows: Vec<CreditRow> = sqlx::query_as(LIST_CREDITS_SQL)
-            .bind(account_id)
-            .bind(listing.after().unwrap_or(""))
-            .bind(Self::fetch(&listing)?)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(storage_error)?;
-        self.existing(account_id, rows.len()).await?;
+        let rows: Vec<CreditRow> = self.account_rows(LIST_CREDITS_SQL, account_id, &listing).await?;
         let credits = rows
             .into_iter()
             .map(|row| {

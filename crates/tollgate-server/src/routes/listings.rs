@@ -15,18 +15,30 @@ use crate::AppState;
 use crate::auth::{AdminAuth, GatewayAuth};
 use crate::extract::{ApiPath, QueryParams};
 
+/// A listing's paging parameters, as the OpenAPI document states them; the
+/// handlers read them through [`QueryParams::page`].
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[expect(dead_code, reason = "documents the parameters; QueryParams reads them")]
+pub(crate) struct PageParams {
+    /// The `next_cursor` of the previous page, with the same parameters.
+    cursor: Option<String>,
+    /// Items per page, 1 to 1000; 100 when absent.
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u32>,
+}
+
 /// Accounts in `account_id` order, optionally those whose id starts with
 /// `prefix`.
 #[utoipa::path(
     get, path = "/v1/accounts", tag = "accounts",
     params(
         ("prefix" = Option<String>, Query, description = "Only accounts whose id starts with this"),
-        ("cursor" = Option<String>, Query, description = "The `next_cursor` of the previous page, with the same parameters"),
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Items per page, 1 to 1000; 100 when absent"),
+        PageParams,
     ),
     responses(
         (status = 200, description = "One page of accounts", body = PageBody<AccountBody>),
-        (status = 400, description = "`invalid_limit` or `invalid_cursor`", body = ErrorBody),
+        (status = 400, description = "`invalid_limit`, `invalid_cursor` or `invalid_query`", body = ErrorBody),
     ),
 )]
 pub(crate) async fn list_accounts(_: AdminAuth, State(state): State<AppState>, query: QueryParams) -> ApiResult {
@@ -43,12 +55,11 @@ pub(crate) async fn list_accounts(_: AdminAuth, State(state): State<AppState>, q
     params(
         ("account_id" = String, Path),
         ("state" = Option<String>, Query, description = "`active`, `released`, `reclaimed` or `consolidated`; every lease when absent"),
-        ("cursor" = Option<String>, Query, description = "The `next_cursor` of the previous page, with the same parameters"),
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Items per page, 1 to 1000; 100 when absent"),
+        PageParams,
     ),
     responses(
         (status = 200, description = "One page of leases", body = PageBody<LeaseBody>),
-        (status = 400, description = "`invalid_limit`, `invalid_cursor` or `invalid_state`", body = ErrorBody),
+        (status = 400, description = "`invalid_limit`, `invalid_cursor`, `invalid_state` or `invalid_query`", body = ErrorBody),
         (status = 404, description = "`account_not_found`", body = ErrorBody),
     ),
 )]
@@ -70,12 +81,11 @@ pub(crate) async fn list_leases(
     get, path = "/v1/accounts/{account_id}/credentials", tag = "credentials",
     params(
         ("account_id" = String, Path),
-        ("cursor" = Option<String>, Query, description = "The `next_cursor` of the previous page, with the same parameters"),
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Items per page, 1 to 1000; 100 when absent"),
+        PageParams,
     ),
     responses(
         (status = 200, description = "One page of credentials", body = PageBody<CredentialBody>),
-        (status = 400, description = "`invalid_limit` or `invalid_cursor`", body = ErrorBody),
+        (status = 400, description = "`invalid_limit`, `invalid_cursor` or `invalid_query`", body = ErrorBody),
         (status = 404, description = "`account_not_found`", body = ErrorBody),
     ),
 )]
@@ -95,12 +105,11 @@ pub(crate) async fn list_credentials(
     get, path = "/v1/accounts/{account_id}/credits", tag = "accounts",
     params(
         ("account_id" = String, Path),
-        ("cursor" = Option<String>, Query, description = "The `next_cursor` of the previous page, with the same parameters"),
-        ("limit" = Option<u32>, Query, minimum = 1, maximum = 1000, description = "Items per page, 1 to 1000; 100 when absent"),
+        PageParams,
     ),
     responses(
         (status = 200, description = "One page of credits", body = PageBody<CreditBody>),
-        (status = 400, description = "`invalid_limit` or `invalid_cursor`", body = ErrorBody),
+        (status = 400, description = "`invalid_limit`, `invalid_cursor` or `invalid_query`", body = ErrorBody),
         (status = 404, description = "`account_not_found`", body = ErrorBody),
     ),
 )]

@@ -27,6 +27,18 @@ type ApiResult = Result<Response, ApiError>;
 /// The media type of the streamed export.
 pub(crate) const NDJSON: &str = "application/x-ndjson";
 
+/// The range of a usage query or export, as the OpenAPI document states
+/// it; the handlers read it through `QueryParams` and the core's parser.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[expect(dead_code, reason = "documents the parameters; QueryParams reads them")]
+pub(crate) struct RangeParams {
+    /// RFC 3339, up to 9 fractional digits; included.
+    from: String,
+    /// RFC 3339, up to 9 fractional digits; excluded; after `from`.
+    to: String,
+}
+
 /// Units and event counts of an account's accepted events in `[from, to)`,
 /// by UTC-aligned window and by group.
 ///
@@ -37,8 +49,7 @@ pub(crate) const NDJSON: &str = "application/x-ndjson";
     get, path = "/v1/accounts/{account_id}/usage", tag = "usage",
     params(
         ("account_id" = String, Path),
-        ("from" = String, Query, description = "RFC 3339, up to 9 fractional digits; included"),
-        ("to" = String, Query, description = "RFC 3339, up to 9 fractional digits; excluded; after `from`"),
+        RangeParams,
         ("window" = Option<String>, Query, description = "`PT1M`, `PT1H` or `P1D` (UTC-aligned); omitted: one bucket"),
         ("group_by" = Option<String>, Query, description = "`credential`, `lease`, `funding` or `dimension:KEY`; omitted: one group"),
     ),
@@ -77,8 +88,7 @@ pub(crate) async fn get_usage(
     get, path = "/v1/accounts/{account_id}/usage/events", tag = "usage",
     params(
         ("account_id" = String, Path),
-        ("from" = String, Query, description = "RFC 3339, up to 9 fractional digits; included"),
-        ("to" = String, Query, description = "RFC 3339, up to 9 fractional digits; excluded; after `from`"),
+        RangeParams,
         ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
         ("limit" = Option<u32>, Query, description = "1 to 1000, default 100; the page size (JSON only)"),
         ("format" = Option<String>, Query, description = "`json` (default): one page; `ndjson`: the whole range, streamed"),
