@@ -17,7 +17,7 @@
 //!
 //! Statements of one feature may live in a file of `sql/`, declared at the end
 //! of this file and re-exported from it; their constants are
-//! `pub(in crate::store)`, and `tests/partitioning.rs` reads those files too.
+//! `pub(in crate::store)`, and `tests/pg/partitioning.rs` reads those files too.
 
 /// The seven account counter columns, in `COUNTER_NAMES` order, each after
 /// `$prefix` (a table alias).

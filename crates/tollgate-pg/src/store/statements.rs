@@ -1,5 +1,5 @@
 //! Every statement constant of `sql.rs` with its name, for the tests that
-//! hold each statement to the sharding rules (`tests/partitioning.rs`). Those
+//! hold each statement to the sharding rules (`tests/pg/partitioning.rs`). Those
 //! tests also parse `sql.rs` for its constants, so one missing here fails them.
 
 use super::sql::{

@@ -5,17 +5,16 @@
 //! grant is exact. Each test upgrades its own populated 0016 database by
 //! starting a `PostgresStore` on it, as the new binary would.
 
-mod fixtures;
-
-use fixtures::legacy_0016_lease_sql::{LegacyWriter, truncated_us};
-use fixtures::populated::{self, GRACE_NS, GRACE_US, NOW_US};
-use fixtures::{conservation_violations, legacy_bound_counts};
 use jiff::{SignedDuration, Timestamp};
 use tollgate_core::{Error, GrantPolicy, LeaseState, Outcome, RejectReason, UsageEvent};
 use tollgate_pg::PostgresStore;
 use tollgate_pg::migrations::versions_from;
 use tollgate_pg::testing::TestDb;
 use tollgate_store::{LeaseHandle, Store, UsageSink};
+
+use crate::fixtures::legacy_0016_lease_sql::{LegacyWriter, truncated_us};
+use crate::fixtures::populated::{self, GRACE_NS, GRACE_US, NOW_US};
+use crate::fixtures::{conservation_violations, legacy_bound_counts};
 
 const NS_PER_US: i128 = 1_000;
 

@@ -9,19 +9,8 @@
 //! that searches for the latest instant a legacy writer would have stored as
 //! the given microseconds; it does not restate the migration's rule.
 
-mod fixtures;
-
 use std::collections::BTreeMap;
 
-use fixtures::legacy_0016_lease_sql::{
-    self as legacy, ACQUIRE_DEBIT, ACQUIRE_INSERT, EXPIRY_STATEMENTS, LegacyEvent, LegacyWriter, truncated_us,
-};
-use fixtures::populated::{self, GRACE_NS, GRACE_US, NOW_US};
-use fixtures::{
-    CatalogueCase, Startup, applied_versions, backend_pid, check_old_catalogue, columns, conservation_violations,
-    constraints, exact_rows, failed_migration, granted_modes, lease_index_columns, lease_indexes, legacy_bound_counts,
-    lock_wait_on, migration_history, prepared_statements, rows_without_lease_expiry,
-};
 use jiff::{SignedDuration, Timestamp};
 use sqlx::{Connection, PgConnection, PgPool};
 use tollgate_core::{GrantPolicy, LeaseState, Outcome};
@@ -30,6 +19,16 @@ use tollgate_pg::migrations::versions_from;
 use tollgate_pg::testing::{TestDb, pg_failure};
 use tollgate_pg::{PgStoreConfig, PostgresStore};
 use tollgate_store::{LegacyBoundCount, Store, UsageSink};
+
+use crate::fixtures::legacy_0016_lease_sql::{
+    self as legacy, ACQUIRE_DEBIT, ACQUIRE_INSERT, EXPIRY_STATEMENTS, LegacyEvent, LegacyWriter, truncated_us,
+};
+use crate::fixtures::populated::{self, GRACE_NS, GRACE_US, NOW_US};
+use crate::fixtures::{
+    CatalogueCase, Startup, applied_versions, backend_pid, check_old_catalogue, columns, conservation_violations,
+    constraints, exact_rows, failed_migration, granted_modes, lease_index_columns, lease_indexes, legacy_bound_counts,
+    lock_wait_on, migration_history, prepared_statements, rows_without_lease_expiry,
+};
 
 const NS_PER_US: i128 = 1_000;
 /// `Timestamp::MIN` and `Timestamp::MAX` in nanoseconds, written out here

@@ -5,14 +5,13 @@
 //! The SQL written before 0017 here is deliberately the 0016-era lease SQL
 //! (`expires_at_us`): it is the fixture that proves the compatibility fence.
 
-mod fixtures;
-
 use std::time::Duration;
 
-use fixtures::{conservation_violations, rows_without_lease_expiry};
 use sqlx::{Connection, PgConnection, PgPool};
 use tollgate_pg::migrations::{self, MigrationError, versions_from};
 use tollgate_pg::testing::{PgFailure, TestDb, pg_failure};
+
+use crate::fixtures::{conservation_violations, rows_without_lease_expiry};
 
 /// A populated 0014-era account: seven leases covering positive, zero-µs,
 /// negative and both domain-endpoint expiries, one settled; leased and

@@ -2,8 +2,6 @@
 //! break invariants, concurrency across pools, startup refusals, the shared
 //! reclaim grace, and legacy (pre-0017) leases. Each test has its own database.
 
-mod fixtures;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -15,6 +13,8 @@ use tollgate_pg::migrations::{latest_version, versions_from};
 use tollgate_pg::testing::TestDb;
 use tollgate_pg::{ConnectError, MigrationError, PostgresStore};
 use tollgate_store::{IssuedLease, LeaseHandle, LegacyBoundCount, Store, UsageSink};
+
+use crate::fixtures;
 
 const T0: i128 = 1_700_000_000_123_456_789;
 const I64_MAX: u64 = i64::MAX as u64;

@@ -2,8 +2,6 @@
 //! apply one effect, and the stored record reveals no secret of its answer.
 //! Each test has its own database.
 
-mod fixtures;
-
 use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
@@ -12,6 +10,8 @@ use tollgate_core::{GrantPolicy, SecretHash};
 use tollgate_pg::PostgresStore;
 use tollgate_pg::testing::TestDb;
 use tollgate_store::{Idempotency, IdempotencyKey, Store};
+
+use crate::fixtures;
 
 const T0: i128 = 1_700_000_000_123_456_789;
 

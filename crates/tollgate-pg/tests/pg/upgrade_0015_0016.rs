@@ -9,14 +9,6 @@
 //! next startup validate and serve; and the guard inspection queries (`src/inspect.rs`) report
 //! exactly the offending rows.
 
-mod fixtures;
-
-use fixtures::legacy_0016_lease_sql::{LegacyEvent, LegacyWriter};
-use fixtures::populated::{self, GRACE_NS, GRACE_US, NOW_US};
-use fixtures::{
-    CatalogueCase, Startup, applied_versions, check_old_catalogue, conservation_violations, constraints, exact_rows,
-    failed_migration, migration_history,
-};
 use jiff::{SignedDuration, Timestamp};
 use sqlx::{Connection, PgPool};
 use tollgate_core::GrantPolicy;
@@ -25,6 +17,13 @@ use tollgate_pg::migrations::{MigrationError, versions_from};
 use tollgate_pg::testing::{TestDb, pg_failure};
 use tollgate_pg::{ConnectError, PostgresStore};
 use tollgate_store::{GuardViolation, Store};
+
+use crate::fixtures::legacy_0016_lease_sql::{LegacyEvent, LegacyWriter};
+use crate::fixtures::populated::{self, GRACE_NS, GRACE_US, NOW_US};
+use crate::fixtures::{
+    CatalogueCase, Startup, applied_versions, check_old_catalogue, conservation_violations, constraints, exact_rows,
+    failed_migration, migration_history,
+};
 
 const UNITS_GUARD: &str = "tollgate_usage_events_units_nonnegative";
 const EVENT_FENCE_GUARD: &str = "tollgate_usage_events_fence_positive";

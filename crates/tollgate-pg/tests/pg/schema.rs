@@ -308,7 +308,7 @@ const GLOBAL_TABLES: [&str; 2] = ["tollgate_legacy_credential_keys", "tollgate_s
 /// table (one with an `account_id` column that is not global) leads with
 /// `account_id`, and every foreign key joins rows of the same account, so
 /// each such table can be distributed by account (the partitioned schema of
-/// `tests/partitioning.rs` depends on it). The global tables are exactly
+/// `partitioning.rs` depends on it). The global tables are exactly
 /// `GLOBAL_TABLES`. Read from the catalogue, so a table added later is held
 /// to this too.
 #[tokio::test]

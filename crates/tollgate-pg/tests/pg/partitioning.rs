@@ -4,7 +4,7 @@
 //! `HASH_PARTITIONS` partitions (`TestDb::create_partitioned`), scans exactly
 //! one partition of each per-account table it touches. Batch statements must
 //! filter each per-account table by an account list. (The conformance suite
-//! runs on the same partitioned schema in `tests/conformance.rs`.)
+//! runs on the same partitioned schema in `conformance.rs`.)
 
 use std::collections::{BTreeMap, BTreeSet};
 

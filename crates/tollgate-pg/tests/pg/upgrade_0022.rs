@@ -4,15 +4,14 @@
 //! changes follow it without a gap. And `check` names an account whose
 //! counters no longer match its journal.
 
-mod fixtures;
-
-use fixtures::populated::{self, ACCOUNTS, GRACE_NS, NOW_US};
 use jiff::{SignedDuration, Timestamp};
 use tollgate_core::journal::{EntryIds, EntryKind, check_replay};
 use tollgate_core::{Entry, GrantPolicy, PageLimit};
 use tollgate_pg::PostgresStore;
 use tollgate_pg::testing::TestDb;
 use tollgate_store::Store;
+
+use crate::fixtures::populated::{self, ACCOUNTS, GRACE_NS, NOW_US};
 
 fn policy() -> GrantPolicy {
     GrantPolicy::new(SignedDuration::from_secs(3600), SignedDuration::from_nanos(GRACE_NS), 100).expect("valid policy")

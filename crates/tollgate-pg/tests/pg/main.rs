@@ -1,0 +1,22 @@
+//! The PostgreSQL store's tests, as one test binary. Each test creates its
+//! own database (`TestDb`): the conformance suite on a plain and on a
+//! hash-partitioned schema, cancellation at every await, keyed requests,
+//! PostgreSQL-only store behaviour, the schema's own guards, the proof that
+//! the schema shards by account, the usage index, and every upgrade on
+//! populated databases (`fixtures`: the 0016-era writer and the probes the
+//! upgrade suites share).
+
+mod cancellation;
+mod conformance;
+mod fixtures;
+mod idempotency;
+mod migrations;
+mod partitioning;
+mod schema;
+mod store;
+mod upgrade_0015_0016;
+mod upgrade_0017;
+mod upgrade_0017_legacy_grants;
+mod upgrade_0020;
+mod upgrade_0022;
+mod usage_index;
