@@ -37,42 +37,20 @@ use crate::{Store, UsageSink};
 mod check;
 mod events;
 mod journal;
+mod lease_ids;
 mod listings;
 mod records;
 
 use events::EventLog;
 use journal::{Journals, ReclaimTouched};
+use lease_ids::{LeaseKey, lease_id_of, lease_key};
 use records::IdempotencyRecords;
 
 const DOMAIN: UnitDomain = UnitDomain::U64;
 
-/// The prefix of every lease id `new_lease_id` makes; 32 lowercase hex digits
-/// follow it.
-const LEASE_ID_PREFIX: &str = "lse_";
-const LEASE_ID_HEX_DIGITS: usize = 32;
-
 pub struct MemoryStore {
     policy: GrantPolicy,
     state: Mutex<State>,
-}
-
-/// A lease id as stored: the number its hex digits spell. Fixed-width
-/// lowercase hex orders like the number, so ordering by key is ordering by id.
-type LeaseKey = u128;
-
-/// The key of a lease id this store could have issued, or `None` for any
-/// other string, which therefore names no lease.
-fn lease_key(lease_id: &str) -> Option<LeaseKey> {
-    let digits = lease_id.strip_prefix(LEASE_ID_PREFIX)?;
-    let lowercase_hex = |b: &u8| b.is_ascii_digit() || (b'a'..=b'f').contains(b);
-    if digits.len() != LEASE_ID_HEX_DIGITS || !digits.as_bytes().iter().all(lowercase_hex) {
-        return None;
-    }
-    LeaseKey::from_str_radix(digits, 16).ok()
-}
-
-fn lease_id_of(key: LeaseKey) -> String {
-    format!("{LEASE_ID_PREFIX}{key:032x}")
 }
 
 /// Everything a `Lease` holds except its id (the map key) and its account's id
