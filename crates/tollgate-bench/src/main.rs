@@ -48,6 +48,9 @@ enum Command {
         /// Differs between invocations, so request IDs never collide by accident.
         #[arg(long)]
         run_tag: String,
+        /// Sends no dimensions, to tell their cost from the rest.
+        #[arg(long)]
+        without_dimensions: bool,
     },
     /// Creates the usage account and its 1 000 000 events over 30 days, and
     /// checks the baseline's statement against the store; prints how long the
@@ -127,8 +130,8 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::PgLease { database_url, seconds, tasks, client_threads: _ } => {
             println!("{}", pg::lease_cycle(&database_url, seconds, tasks).await?.line());
         }
-        Command::PgIngest { database_url, seconds, run_tag } => {
-            println!("{}", pg::ingest(&database_url, seconds, &run_tag).await?.line());
+        Command::PgIngest { database_url, seconds, run_tag, without_dimensions } => {
+            println!("{}", pg::ingest(&database_url, seconds, &run_tag, !without_dimensions).await?.line());
         }
         Command::PgUsageSetup { database_url, baseline_sql } => {
             let setup = pg::usage_setup(&database_url, &baseline_sql).await?;

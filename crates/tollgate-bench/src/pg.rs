@@ -124,11 +124,15 @@ async fn fundings(store: &PostgresStore) -> anyhow::Result<Vec<Funding>> {
 }
 
 /// Ingests batches of 1000 events, one batch at a time, half of the events
-/// with two dimensions. The rate is events per second. `run_tag` must differ between invocations on one database, so that
+/// with two dimensions unless `dimensions` is false. The rate is events per
+/// second. `run_tag` must differ between invocations on one database, so that
 /// only the intended 1% are duplicates.
-pub async fn ingest(url: &str, seconds: f64, run_tag: &str) -> anyhow::Result<Measurement> {
+pub async fn ingest(url: &str, seconds: f64, run_tag: &str, dimensions: bool) -> anyhow::Result<Measurement> {
     let store = connect(url, 2).await?;
-    let mut batches = BatchMaker::new(fundings(&store).await?, run_tag).with_dimensions();
+    let mut batches = BatchMaker::new(fundings(&store).await?, run_tag);
+    if dimensions {
+        batches = batches.with_dimensions();
+    }
 
     let counting = roundtrips::start();
     store.ingest(batches.next_batch(), Timestamp::now()).await?;
