@@ -48,6 +48,25 @@ enum Command {
         /// Differs between invocations, so request IDs never collide by accident.
         #[arg(long)]
         run_tag: String,
+        /// Sends no dimensions, to tell their cost from the rest.
+        #[arg(long)]
+        without_dimensions: bool,
+    },
+    /// Creates the usage account and its 1 000 000 events over 30 days, and
+    /// checks the baseline's statement against the store; prints how long the
+    /// insert and the VACUUM ANALYZE took.
+    PgUsageSetup {
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+        database_url: String,
+        #[arg(long)]
+        baseline_sql: PathBuf,
+    },
+    /// PostgresStore::usage, hourly by model over 30 days; queries per second.
+    PgUsage {
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+        database_url: String,
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
     },
     /// Seeds 100 000 due leases and settles them; leases per second.
     PgReclaim {
@@ -111,8 +130,15 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::PgLease { database_url, seconds, tasks, client_threads: _ } => {
             println!("{}", pg::lease_cycle(&database_url, seconds, tasks).await?.line());
         }
-        Command::PgIngest { database_url, seconds, run_tag } => {
-            println!("{}", pg::ingest(&database_url, seconds, &run_tag).await?.line());
+        Command::PgIngest { database_url, seconds, run_tag, without_dimensions } => {
+            println!("{}", pg::ingest(&database_url, seconds, &run_tag, !without_dimensions).await?.line());
+        }
+        Command::PgUsageSetup { database_url, baseline_sql } => {
+            let setup = pg::usage_setup(&database_url, &baseline_sql).await?;
+            println!("{:.1} {:.1}", setup.insert.as_secs_f64(), setup.vacuum.as_secs_f64());
+        }
+        Command::PgUsage { database_url, seconds } => {
+            println!("{}", pg::usage(&database_url, seconds).await?.line());
         }
         Command::PgReclaim { database_url, side, batch, seed_sql, baseline_sql } => {
             println!("{}", pg::reclaim(&database_url, side, batch, &seed_sql, &baseline_sql).await?.line());

@@ -13,7 +13,10 @@ use tollgate_pg::{PgStoreConfig, PostgresStore};
 use tollgate_store::{Store, UsageSink};
 
 use crate::roundtrips;
-use crate::workload::{ACCOUNTS, BatchMaker, CREDIT_UNITS, Funding, account_id, policy, ttl};
+use crate::workload::{
+    ACCOUNTS, BatchMaker, CREDIT_UNITS, Funding, USAGE_ACCOUNT, USAGE_BUCKETS, USAGE_EVENTS, USAGE_MODELS, account_id,
+    policy, ttl, usage_query, usage_range,
+};
 
 /// Operations run one at a time, before timing, to count statements.
 const COUNTED_OPERATIONS: u64 = 20;
@@ -120,12 +123,16 @@ async fn fundings(store: &PostgresStore) -> anyhow::Result<Vec<Funding>> {
         .collect())
 }
 
-/// Ingests batches of 1000 events, one batch at a time. The rate is events per
+/// Ingests batches of 1000 events, one batch at a time, half of the events
+/// with two dimensions unless `dimensions` is false. The rate is events per
 /// second. `run_tag` must differ between invocations on one database, so that
 /// only the intended 1% are duplicates.
-pub async fn ingest(url: &str, seconds: f64, run_tag: &str) -> anyhow::Result<Measurement> {
+pub async fn ingest(url: &str, seconds: f64, run_tag: &str, dimensions: bool) -> anyhow::Result<Measurement> {
     let store = connect(url, 2).await?;
     let mut batches = BatchMaker::new(fundings(&store).await?, run_tag);
+    if dimensions {
+        batches = batches.with_dimensions();
+    }
 
     let counting = roundtrips::start();
     store.ingest(batches.next_batch(), Timestamp::now()).await?;
@@ -207,4 +214,101 @@ fn finish(settled: u64, due: i64, elapsed: Duration, round_trips: Option<f64>) -
         bail!("settled {settled} of {due} due leases");
     }
     Ok(Measurement { per_second: settled as f64 / elapsed.as_secs_f64(), round_trips })
+}
+
+/// Fills the usage pair's table: `events` accepted events of one account,
+/// evenly spaced over `[$3, $4)` µs in time order (as a gateway reports them),
+/// 1 to 3 units each, each with a `model` dimension of `$6` values. Only the
+/// events are written: the account's and credential's counters do not count
+/// them, which no usage query reads.
+const USAGE_EVENTS_SQL: &str = "\
+INSERT INTO tollgate_usage_events (account_id, request_id, credential_id, units,
+    occurred_at_floor_us, occurred_at_submicro_ns, dimensions)
+SELECT $1, 'usage-' || k, $2, 1 + k % 3, $3 + k * ($4 - $3) / $5, (k * 7 % 1000)::int2,
+    jsonb_build_object('model', 'model-' || k % $6)
+FROM generate_series(0::int8, $5 - 1) AS k";
+
+/// How long each step of [`usage_setup`] took.
+pub struct UsageSetup {
+    pub insert: Duration,
+    pub vacuum: Duration,
+}
+
+/// Creates the usage pair's account and credential through the store, fills
+/// its events with one set-based statement, vacuums and analyzes the table,
+/// and checks that the store's report and the baseline's statement
+/// (`baseline_sql`, plain SQL) agree on the rows and events they aggregate.
+pub async fn usage_setup(url: &str, baseline_sql: &Path) -> anyhow::Result<UsageSetup> {
+    let store = connect(url, 1).await?;
+    store.create_account(USAGE_ACCOUNT).await?;
+    let credential = store.issue_credential(USAGE_ACCOUNT, "usage", Timestamp::now()).await?;
+    let range = usage_range();
+    let (from_us, to_us) = (range.from.as_microsecond(), range.to.as_microsecond());
+
+    let start = Instant::now();
+    let inserted = sqlx::query(USAGE_EVENTS_SQL)
+        .bind(USAGE_ACCOUNT)
+        .bind(&credential.credential.credential_id)
+        .bind(from_us)
+        .bind(to_us)
+        .bind(USAGE_EVENTS as i64)
+        .bind(USAGE_MODELS as i64)
+        .execute(store.pool())
+        .await
+        .context("inserting the usage events")?
+        .rows_affected();
+    let insert = start.elapsed();
+    if inserted != USAGE_EVENTS {
+        bail!("inserted {inserted} usage events, expected {USAGE_EVENTS}");
+    }
+    let start = Instant::now();
+    sqlx::raw_sql("VACUUM ANALYZE tollgate_usage_events").execute(store.pool()).await?;
+    let vacuum = start.elapsed();
+
+    let report = store.usage(USAGE_ACCOUNT, &usage_query()).await?;
+    let cells: usize = report.buckets.iter().map(|bucket| bucket.groups.len()).sum();
+    if report.buckets.len() as u64 != USAGE_BUCKETS || report.total.events != u128::from(USAGE_EVENTS) {
+        bail!(
+            "the store's report has {} buckets and {} events, expected {USAGE_BUCKETS} and {USAGE_EVENTS}",
+            report.buckets.len(),
+            report.total.events
+        );
+    }
+    let baseline =
+        std::fs::read_to_string(baseline_sql).with_context(|| format!("reading {}", baseline_sql.display()))?;
+    let baseline = baseline.trim_end().trim_end_matches(';');
+    let (rows, events): (i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*)::int8, sum(b.events)::int8 FROM ({baseline}\n) AS b"
+    )))
+    .fetch_one(store.pool())
+    .await
+    .context("running the baseline's statement")?;
+    if rows as usize != cells || events as u64 != USAGE_EVENTS {
+        bail!("the baseline aggregates {events} events into {rows} rows; the store, {USAGE_EVENTS} into {cells}");
+    }
+    Ok(UsageSetup { insert, vacuum })
+}
+
+/// `PostgresStore::usage` of hourly totals by model over the usage account's
+/// 30 days, one query at a time. The rate is queries per second.
+pub async fn usage(url: &str, seconds: f64) -> anyhow::Result<Measurement> {
+    let store = connect(url, 1).await?;
+    let query = usage_query();
+
+    let counting = roundtrips::start();
+    let report = store.usage(USAGE_ACCOUNT, &query).await?;
+    let round_trips = counting.finish() as f64;
+    if report.total.events != u128::from(USAGE_EVENTS) {
+        bail!("the report counts {} events, expected {USAGE_EVENTS}; run pg-usage-setup first", report.total.events);
+    }
+
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let start = Instant::now();
+    let mut queries = 0u64;
+    while Instant::now() < deadline {
+        std::hint::black_box(store.usage(USAGE_ACCOUNT, &query).await?);
+        queries += 1;
+    }
+    let per_second = queries as f64 / start.elapsed().as_secs_f64();
+    Ok(Measurement { per_second, round_trips: Some(round_trips) })
 }

@@ -60,8 +60,16 @@ const PAIRS: &[Pair] = &[
         path: "PostgreSQL ingestion",
         unit: "events/s",
         target: 0.50,
-        tollgate: "`PostgresStore::ingest`, batches of 1000 (½ leased, ½ overage, 1% duplicates)",
+        tollgate: "`PostgresStore::ingest`, batches of 1000 (½ leased, ½ overage, ½ with two dimensions, 1% duplicates)",
         baseline: "`pgbench -M prepared -c 1`, `bench/sql/ingest_batch.sql`",
+    },
+    Pair {
+        key: "pg_usage",
+        path: "PostgreSQL usage query",
+        unit: "queries/s",
+        target: 0.80,
+        tollgate: "`PostgresStore::usage`, hourly (720 buckets) by `dimension:model`, one account's 1 000 000 events over 30 days",
+        baseline: "`pgbench -M prepared -c 1`, `bench/sql/usage_hourly.sql`",
     },
     Pair {
         key: "pg_reclaim",
@@ -284,7 +292,10 @@ fn write_memory(out: &mut String, memory: &str) -> anyhow::Result<()> {
     writeln!(out, "\n## MemoryStore bytes\n")?;
     writeln!(
         out,
-        "Live heap bytes counted by a global allocator (`tollgate-bench-memory`), over {} items each.\n",
+        "Live heap bytes counted by a global allocator (`tollgate-bench-memory`): the live bytes after \
+         adding {} items to a fresh store minus those before, divided by the items. Usage events are \
+         overage events in batches of 1000 over 10 accounts; their figure includes the account \
+         journal's entries (one per account per batch).\n",
         memory_json(memory, "items").map_or("?".to_owned(), |n| format!("{n:.0}"))
     )?;
     writeln!(out, "| what | bytes each | target |")?;
@@ -299,9 +310,14 @@ fn write_memory(out: &mut String, memory: &str) -> anyhow::Result<()> {
     writeln!(out, "| settled lease (kept as history) | {} | – |", bytes("settled_lease_bytes"))?;
     writeln!(
         out,
-        "| remembered request ID ({} chars) | {} | – |",
+        "| accepted usage event, no dimensions (its {}-char request ID remembered) | {} | – |",
         memory_json(memory, "request_id_len").map_or("?".to_owned(), |n| format!("{n:.0}")),
         bytes("request_id_bytes")
+    )?;
+    writeln!(
+        out,
+        "| accepted usage event, two dimensions (`model`, `route`), same request IDs | {} | – |",
+        bytes("event_two_dimensions_bytes")
     )?;
     Ok(())
 }

@@ -6,7 +6,8 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
 use jiff::{SignedDuration, Timestamp};
-use tollgate_core::{GrantPolicy, UsageEvent};
+use tollgate_core::query::{BUCKETS_MAX, GroupBy, Range, UsageQuery, Window};
+use tollgate_core::{Dimensions, GrantPolicy, UsageEvent};
 
 /// Accounts every lease benchmark spreads its operations over.
 pub const ACCOUNTS: usize = 1_000;
@@ -57,20 +58,38 @@ pub struct Funding {
     pub fencing_token: u64,
 }
 
+/// The two dimensions `model` and `route`, over a handful of values each, of
+/// event `n` of a batch.
+pub fn two_dimensions(n: usize) -> Dimensions {
+    Dimensions::from([
+        ("model".to_owned(), format!("model-{}", n % 5)),
+        ("route".to_owned(), format!("/v1/route-{}", n % 3)),
+    ])
+}
+
 /// Builds ingestion batches: half leased, half overage, and 1% replays of
-/// request IDs accepted in the previous batch.
+/// request IDs accepted in the previous batch; with dimensions, half of the
+/// events (half of the leased ones, half of the overage ones) carry
+/// [`two_dimensions`].
 pub struct BatchMaker {
     fundings: Vec<Funding>,
     next_batch: u64,
     run_tag: String,
     previous: Vec<UsageEvent>,
+    dimensions: bool,
 }
 
 impl BatchMaker {
     /// `run_tag` keeps request IDs of different runs on the same database apart.
     pub fn new(fundings: Vec<Funding>, run_tag: &str) -> Self {
         assert!(fundings.len() >= BATCH_ACCOUNTS, "a batch spreads over {BATCH_ACCOUNTS} funded accounts");
-        Self { fundings, next_batch: 0, run_tag: run_tag.to_owned(), previous: Vec::new() }
+        Self { fundings, next_batch: 0, run_tag: run_tag.to_owned(), previous: Vec::new(), dimensions: false }
+    }
+
+    /// Half of the events carry two dimensions.
+    pub fn with_dimensions(mut self) -> Self {
+        self.dimensions = true;
+        self
     }
 
     pub fn next_batch(&mut self) -> Vec<UsageEvent> {
@@ -92,13 +111,38 @@ impl BatchMaker {
                 occurred_at: now(),
                 lease_id: leased.then(|| funding.lease_id.clone()),
                 fencing_token: leased.then_some(funding.fencing_token),
-                dimensions: Default::default(),
+                dimensions: if self.dimensions && n % 4 < 2 { two_dimensions(n) } else { Dimensions::new() },
             });
         }
         events.append(&mut self.previous);
         self.previous = events.iter().take(BATCH_DUPLICATES).cloned().collect();
         events
     }
+}
+
+/// The account of the usage query pair.
+pub const USAGE_ACCOUNT: &str = "usage-1";
+/// Accepted events of that account, spread evenly over [`USAGE_DAYS`].
+pub const USAGE_EVENTS: u64 = 1_000_000;
+/// Days the usage query spans, ending at [`now`].
+pub const USAGE_DAYS: i64 = 30;
+/// Distinct values of the `model` dimension the events carry.
+pub const USAGE_MODELS: u64 = 5;
+/// Hourly buckets of the query: 30 × 24 = 720.
+pub const USAGE_BUCKETS: u64 = USAGE_DAYS as u64 * 24;
+const _: () = assert!(USAGE_BUCKETS <= BUCKETS_MAX, "the usage query must stay within the bucket limit");
+
+/// The usage query's range: the [`USAGE_DAYS`] days before [`now`], which
+/// begins and ends on a whole hour.
+pub fn usage_range() -> Range {
+    let from = now().checked_sub(SignedDuration::from_hours(USAGE_DAYS * 24)).expect("a valid instant");
+    Range::new(from, now()).expect("a nonempty range")
+}
+
+/// Hourly totals over the range, grouped by the `model` dimension.
+pub fn usage_query() -> UsageQuery {
+    UsageQuery::new(usage_range(), Some(Window::Hour), GroupBy::Dimension("model".to_owned()))
+        .expect("720 buckets are within the bucket limit")
 }
 
 /// A `MemoryStore` with `accounts` credited accounts.

@@ -1,5 +1,6 @@
-//! Bytes `MemoryStore` keeps per active lease, per settled lease and per
-//! remembered request ID, counted by a global allocator that tracks live heap
+//! Bytes `MemoryStore` keeps per active lease, per settled lease, per
+//! accepted usage event without dimensions (its request ID is remembered)
+//! and per accepted event with two dimensions, counted by a global allocator that tracks live heap
 //! bytes. It is its own binary because the counting allocator is global and
 //! would tax every other benchmark.
 //!
@@ -9,7 +10,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
 use tollgate_bench::workload::{
-    ACCOUNTS, BATCH_EVENTS, account_id, memory_fundings, memory_store, now, run_ready, ttl,
+    ACCOUNTS, BATCH_EVENTS, account_id, memory_fundings, memory_store, now, run_ready, ttl, two_dimensions,
 };
 use tollgate_core::UsageEvent;
 use tollgate_store::{Store, UsageSink};
@@ -84,6 +85,18 @@ fn main() {
     let settled = (live() - before) as f64 / items as f64;
     drop(store);
 
+    let request_id = event_bytes(items, false);
+    let dimensioned = event_bytes(items, true);
+
+    println!(
+        "{{\"items\":{items},\"active_lease_bytes\":{active:.1},\"settled_lease_bytes\":{settled:.1},\"request_id_bytes\":{request_id:.1},\"request_id_len\":{REQUEST_ID_LEN},\"event_two_dimensions_bytes\":{dimensioned:.1}}}"
+    );
+}
+
+/// Live bytes per accepted overage event over `items` events in batches of
+/// 1000 on 10 accounts, journal entries included; with `dimensions`, every
+/// event carries [`two_dimensions`] (`model` and `route`).
+fn event_bytes(items: usize, dimensions: bool) -> f64 {
     let store = memory_store(10);
     let fundings = memory_fundings(&store, 10);
     let before = live();
@@ -99,17 +112,14 @@ fn main() {
                     occurred_at: now(),
                     lease_id: None,
                     fencing_token: None,
-                    dimensions: Default::default(),
+                    dimensions: if dimensions { two_dimensions(n) } else { Default::default() },
                 }
             })
             .collect();
         debug_assert!(batch.iter().all(|event| event.request_id.len() == REQUEST_ID_LEN));
         drop(run_ready(store.ingest(batch, now())).expect("ingest"));
     }
-    let request_id = (live() - before) as f64 / items as f64;
+    let bytes = (live() - before) as f64 / items as f64;
     drop(store);
-
-    println!(
-        "{{\"items\":{items},\"active_lease_bytes\":{active:.1},\"settled_lease_bytes\":{settled:.1},\"request_id_bytes\":{request_id:.1},\"request_id_len\":{REQUEST_ID_LEN}}}"
-    );
+    bytes
 }
