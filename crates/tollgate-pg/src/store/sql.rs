@@ -392,4 +392,4 @@ mod listings;
 pub(super) use listings::{LIST_ACCOUNTS_SQL, LIST_CREDENTIALS_SQL, LIST_CREDITS_SQL, LIST_LEASES_SQL};
 
 mod usage_queries;
-pub(super) use usage_queries::{USAGE_EVENTS_AFTER_SQL, USAGE_EVENTS_FIRST_SQL, USAGE_TOTALS_SQL};
+pub(super) use usage_queries::{CUSTOM_PLANS_SQL, USAGE_EVENTS_AFTER_SQL, USAGE_EVENTS_FIRST_SQL, USAGE_TOTALS_SQL};

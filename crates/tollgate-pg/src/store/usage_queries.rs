@@ -8,7 +8,8 @@ use tollgate_core::{Dimensions, Error, InstantPair, Page, UsageEvent};
 
 use super::Engine;
 use super::errors::{corrupt, storable, storage_error};
-use super::sql::{USAGE_EVENTS_AFTER_SQL, USAGE_EVENTS_FIRST_SQL, USAGE_TOTALS_SQL};
+use super::sql::{CUSTOM_PLANS_SQL, USAGE_EVENTS_AFTER_SQL, USAGE_EVENTS_FIRST_SQL, USAGE_TOTALS_SQL};
+use super::tx::Tx;
 
 /// An event's dimensions as the JSON text its column stores; `None` (NULL)
 /// for none.
@@ -63,6 +64,9 @@ impl Engine {
             GroupBy::Funding => ("funding", None),
             GroupBy::Dimension(key) => ("dimension", Some(key.as_str())),
         };
+        // One read-only transaction, so that the custom plans end with it.
+        let mut tx = Tx::begin(&self.pool).await.map_err(storage_error)?;
+        sqlx::query(CUSTOM_PLANS_SQL).execute(&mut *tx).await.map_err(storage_error)?;
         let rows: Vec<TotalsRow> = sqlx::query_as(USAGE_TOTALS_SQL)
             .bind(account_id)
             .bind(from.floor_us)
@@ -72,9 +76,10 @@ impl Engine {
             .bind(query.window.map(|window| window.micros()))
             .bind(grouping)
             .bind(key)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *tx)
             .await
             .map_err(storage_error)?;
+        tx.commit().await.map_err(storage_error)?;
         let mut aggregation = Aggregation::new(query);
         for (bucket, key, units, events) in rows {
             aggregation.add(bucket, key, decimal(&units)?, decimal(&events)?)?;

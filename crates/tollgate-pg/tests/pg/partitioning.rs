@@ -59,6 +59,7 @@ const ACCOUNT_LISTING: &str = "the operator's listing of accounts (an admin cons
 fn classification() -> BTreeMap<&'static str, Class> {
     BTreeMap::from([
         ("BEGIN_SQL", Global { why: CONTROL }),
+        ("CUSTOM_PLANS_SQL", Global { why: CONTROL }),
         ("COMMIT_SQL", Global { why: CONTROL }),
         ("ROLLBACK_SQL", Global { why: CONTROL }),
         ("CREATE_ACCOUNT_SQL", Single { params: &[ACCOUNT, COUNTERS] }),

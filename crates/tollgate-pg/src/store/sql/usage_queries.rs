@@ -13,6 +13,13 @@ macro_rules! in_range {
     };
 }
 
+/// Plans the rest of the transaction's statements for their bound values.
+/// The pool's connections plan generically (`connect_pool` says why), which
+/// suits every keyed statement; the usage totals are the exception: whether
+/// an index range or a sequential scan is cheaper depends on how much of the
+/// table the account and range are, which only the values tell.
+pub(in crate::store) const CUSTOM_PLANS_SQL: &str = "SET LOCAL plan_cache_mode = force_custom_plan";
+
 /// Units and event counts of the account's events in the range, by bucket
 /// and group, as decimal text (`sum` of `BIGINT` is `numeric`: it never
 /// wraps). $6 is the window in microseconds, NULL for the whole range (every
