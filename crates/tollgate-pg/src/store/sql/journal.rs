@@ -100,23 +100,24 @@ WITH accounts AS (
         AS u(account_id, request_id, credential_id, units, occurred_at_floor_us,
              occurred_at_submicro_ns, lease_id, fencing_token, dimensions)
     RETURNING 1
+), named AS (
+    SELECT x.account_id, array_agg(x.lease_id ORDER BY x.n) AS leases
+    FROM unnest($49::text[], $50::text[]) WITH ORDINALITY AS x(account_id, lease_id, n)
+    GROUP BY x.account_id
 ), journal AS (
     INSERT INTO tollgate_journal (",
     journal_columns!(),
     ")
     SELECT w.account_id, w.journal_seq, $37, ",
     counters!("j."),
-    ", j.credit_id, j.lease_id,
-        coalesce((SELECT array_agg(x.lease_id ORDER BY x.n)
-                  FROM unnest($49::text[], $50::text[]) WITH ORDINALITY AS x(account_id, lease_id, n)
-                  WHERE x.account_id = j.account_id), '{}'),
-        j.events, $51, $52
+    ", j.credit_id, j.lease_id, coalesce(named.leases, '{}'), j.events, $51, $52
     FROM unnest($38::text[], $39::int8[], $40::int8[], $41::int8[], $42::int8[], $43::int8[],
                 $44::int8[], $45::int8[], $46::text[], $47::text[], $48::int8[])
         AS j(account_id, ",
     counters!(""),
     ", credit_id, lease_id, events)
     JOIN accounts AS w ON w.account_id = j.account_id
+    LEFT JOIN named ON named.account_id = j.account_id
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM accounts), (SELECT count(*) FROM leases),
@@ -284,7 +285,8 @@ WITH locked AS (
 ), totals AS (
     SELECT s.account_id, sum(s.credited) AS credited, sum(s.available) AS available,
         sum(s.reserved) AS reserved, sum(s.consumed) AS consumed, sum(s.overage) AS overage,
-        sum(s.billed) AS billed, sum(s.next_fence) AS next_fence
+        sum(s.billed) AS billed, sum(s.next_fence) AS next_fence,
+        array_agg(s.lease_id ORDER BY s.lease_id) AS leases
     FROM settled AS s
     GROUP BY s.account_id
 ), accounts AS (
@@ -302,9 +304,7 @@ WITH locked AS (
     ")
     SELECT w.account_id, w.journal_seq, 'reclaim', ",
     counters!("t."),
-    ", NULL, NULL,
-        (SELECT array_agg(s.lease_id ORDER BY s.lease_id) FROM settled AS s WHERE s.account_id = w.account_id),
-        NULL, $12, $13
+    ", NULL, NULL, t.leases, NULL, $12, $13
     FROM accounts AS w JOIN totals AS t ON t.account_id = w.account_id
     RETURNING 1
 )
