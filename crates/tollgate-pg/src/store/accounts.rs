@@ -10,7 +10,9 @@ use tollgate_store::{AccountView, CreditReceipt};
 use super::errors::{corrupt, db_i64, db_i64_delta, storable, storage_error};
 use super::load::{finish, lock_account};
 use super::rows::{AccountRow, LeaseRow, counters};
-use super::sql::{ACCOUNT_VIEW_SQL, CREATE_ACCOUNT_SQL, CREDIT_RECORDED_SQL, CREDIT_SQL, READ_LEASE_SQL};
+use super::sql::{
+    ACCOUNT_VIEW_SQL, CREATE_ACCOUNT_SQL, CREDIT_RECORDED_SQL, CREDIT_SQL, READ_ACCOUNT_SQL, READ_LEASE_SQL,
+};
 use super::{DOMAIN, Engine};
 
 fn view_of(account: Account, active_leases: u64) -> AccountView {
@@ -100,6 +102,19 @@ impl Engine {
             .map_err(storage_error)?;
         let row = row.ok_or(Error::AccountNotFound)?;
         Ok(view_of(row.account.decode()?, row.active_leases.unsigned_abs()))
+    }
+
+    /// `account_not_found` unless the account exists, for a read of the
+    /// account's rows that found `rows` of them: only an empty answer can
+    /// mean an unknown account, and accounts are never deleted, so a read
+    /// that found rows needs no second one.
+    pub(super) async fn existing(&self, account_id: &str, rows: usize) -> Result<(), Error> {
+        if rows > 0 {
+            return Ok(());
+        }
+        let found =
+            sqlx::query(READ_ACCOUNT_SQL).bind(account_id).fetch_optional(&self.pool).await.map_err(storage_error)?;
+        found.map(|_| ()).ok_or(Error::AccountNotFound)
     }
 
     pub(super) async fn read_lease(&self, account_id: &str, lease_id: &str) -> Result<Lease, Error> {

@@ -9,7 +9,7 @@ use tollgate_store::{JournalMismatch, JournalPage};
 
 use super::Engine;
 use super::errors::{corrupt, storable, storage_error};
-use super::sql::{CHECK_JOURNAL_SQL, READ_ACCOUNT_SQL, READ_JOURNAL_SQL};
+use super::sql::{CHECK_JOURNAL_SQL, READ_JOURNAL_SQL};
 
 #[derive(FromRow)]
 struct JournalRow {
@@ -62,26 +62,18 @@ impl Engine {
         if !storable(account_id) {
             return Err(Error::AccountNotFound);
         }
-        let mut conn = self.pool.acquire().await.map_err(storage_error)?;
-        let exists: Option<(String,)> = sqlx::query_as(READ_ACCOUNT_SQL)
-            .bind(account_id)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(storage_error)?;
-        if exists.is_none() {
-            return Err(Error::AccountNotFound);
-        }
         // A position past every BIGINT sequence number has nothing after it.
-        let Ok(after) = i64::try_from(after) else {
-            return Ok(JournalPage::default());
+        let rows: Vec<JournalRow> = match i64::try_from(after) {
+            Ok(after) => sqlx::query_as(READ_JOURNAL_SQL)
+                .bind(account_id)
+                .bind(after)
+                .bind(i64::from(limit.get()) + 1)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(storage_error)?,
+            Err(_) => Vec::new(),
         };
-        let rows: Vec<JournalRow> = sqlx::query_as(READ_JOURNAL_SQL)
-            .bind(account_id)
-            .bind(after)
-            .bind(i64::from(limit.get()) + 1)
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(storage_error)?;
+        self.existing(account_id, rows.len()).await?;
         let entries = rows.into_iter().map(JournalRow::decode).collect::<Result<Vec<_>, _>>()?;
         Ok(JournalPage::of(entries, limit.rows()))
     }

@@ -2,8 +2,7 @@
 //! (`sql/listings.rs`), with the page rules of `tollgate_core::listings`.
 //!
 //! An empty page of a per-account listing may mean an unknown account, so
-//! only then is the account read as well. Accounts are never deleted, so a
-//! page that has rows needs no such read.
+//! only then is the account read as well ([`Engine::existing`]).
 
 use sqlx::FromRow;
 use tollgate_core::listings::account_prefix_can_match;
@@ -13,7 +12,7 @@ use tollgate_store::AccountView;
 use super::Engine;
 use super::errors::{corrupt, db_i64, storable, storage_error};
 use super::rows::{AccountRow, CredentialRow, LeaseRow};
-use super::sql::{LIST_ACCOUNTS_SQL, LIST_CREDENTIALS_SQL, LIST_CREDITS_SQL, LIST_LEASES_SQL, READ_ACCOUNT_SQL};
+use super::sql::{LIST_ACCOUNTS_SQL, LIST_CREDENTIALS_SQL, LIST_CREDITS_SQL, LIST_LEASES_SQL};
 
 #[derive(FromRow)]
 struct AccountViewRow {
@@ -36,17 +35,6 @@ impl Engine {
     /// The rows' bound: `limit + 1`, as the statements' `LIMIT`.
     fn fetch(listing: &Listing) -> Result<i64, Error> {
         db_i64(listing.fetch() as u64, "limit")
-    }
-
-    /// `account_not_found` unless the account exists; read only for an
-    /// empty page.
-    async fn existing(&self, account_id: &str, rows: usize) -> Result<(), Error> {
-        if rows > 0 {
-            return Ok(());
-        }
-        let found =
-            sqlx::query(READ_ACCOUNT_SQL).bind(account_id).fetch_optional(&self.pool).await.map_err(storage_error)?;
-        found.map(|_| ()).ok_or(Error::AccountNotFound)
     }
 
     /// The rows of `sql` for one page of an account's listing that takes

@@ -1,5 +1,6 @@
-//! Usage queries and exports: each one statement on one account's events,
-//! after checking the account exists. The core validated the query, and its
+//! Usage queries and exports: each one statement on one account's events;
+//! only an empty answer reads the account too, to tell an unknown account
+//! (`Engine::existing`). The core validated the query, and its
 //! `Aggregation` turns the statement's grouped sums into the same report the
 //! memory store builds event by event.
 
@@ -55,7 +56,9 @@ fn event_of(account_id: &str, row: EventRow) -> Result<UsageEvent, Error> {
 
 impl Engine {
     pub(super) async fn usage_report(&self, account_id: &str, query: &UsageQuery) -> Result<UsageReport, Error> {
-        self.view(account_id).await?;
+        if !storable(account_id) {
+            return Err(Error::AccountNotFound);
+        }
         let (from, to) = (InstantPair::encode(query.range.from), InstantPair::encode(query.range.to));
         let (grouping, key) = match &query.group_by {
             GroupBy::Nothing => ("none", None),
@@ -80,6 +83,7 @@ impl Engine {
             .await
             .map_err(storage_error)?;
         tx.commit().await.map_err(storage_error)?;
+        self.existing(account_id, rows.len()).await?;
         let mut aggregation = Aggregation::new(query);
         for (bucket, key, units, events) in rows {
             aggregation.add(bucket, key, decimal(&units)?, decimal(&events)?)?;
@@ -92,7 +96,9 @@ impl Engine {
         account_id: &str,
         query: &ExportQuery,
     ) -> Result<Page<UsageEvent>, Error> {
-        self.view(account_id).await?;
+        if !storable(account_id) {
+            return Err(Error::AccountNotFound);
+        }
         let (from, to) = (InstantPair::encode(query.range.from), InstantPair::encode(query.range.to));
         let rows = i64::from(query.limit.get()) + 1;
         let statement = match &query.after {
@@ -106,14 +112,17 @@ impl Engine {
             .bind(to.floor_us)
             .bind(to.submicro_ns);
         if let Some((at, request_id)) = &query.after {
-            // A request id with NUL was never accepted; such a cursor is no position.
+            // A request id with NUL was never accepted; such a cursor is no
+            // position (of an account that exists: an unknown one is that).
             if !storable(request_id) {
+                self.existing(account_id, 0).await?;
                 return Err(Error::InvalidCursor);
             }
             let after = InstantPair::encode(*at);
             statement = statement.bind(after.floor_us).bind(after.submicro_ns).bind(request_id.clone());
         }
         let rows: Vec<EventRow> = statement.bind(rows).fetch_all(&self.pool).await.map_err(storage_error)?;
+        self.existing(account_id, rows.len()).await?;
         let events = rows.into_iter().map(|row| event_of(account_id, row)).collect::<Result<Vec<_>, _>>()?;
         Ok(query.page(events))
     }
