@@ -12,17 +12,16 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
-use axum::response::{IntoResponse, Response};
+use axum::response::IntoResponse;
 use tollgate_api::{ErrorBody, ExportedEventBody, UsageEventsPage, UsageReportBody};
 use tollgate_core::query::{ExportQuery, UsageQuery};
 use tollgate_core::{Error, Page, PageLimit, UsageEvent};
 
+use super::{ApiResult, json};
 use crate::AppState;
 use crate::auth::GatewayAuth;
 use crate::error::ApiError;
 use crate::extract::{ApiPath, QueryParams};
-
-type ApiResult = Result<Response, ApiError>;
 
 /// The media type of the streamed export.
 pub(crate) const NDJSON: &str = "application/x-ndjson";
@@ -70,7 +69,7 @@ pub(crate) async fn get_usage(
     let params = params.only(&["from", "to", "window", "group_by"])?;
     let query = UsageQuery::parse(params.get("from"), params.get("to"), params.get("window"), params.get("group_by"))?;
     let report = state.store().usage(&account_id, &query).await?;
-    Ok((StatusCode::OK, axum::Json(UsageReportBody::from(&report))).into_response())
+    json(StatusCode::OK, UsageReportBody::from(&report))
 }
 
 /// An account's accepted events in `[from, to)`, in `(occurred_at,
@@ -125,7 +124,7 @@ pub(crate) async fn get_usage_events(
             items: page.items.iter().map(ExportedEventBody::from).collect(),
             next_cursor: page.next_cursor,
         };
-        return Ok((StatusCode::OK, axum::Json(body)).into_response());
+        return json(StatusCode::OK, body);
     }
     let query = ExportQuery::parse(&account_id, from, to, cursor, PageLimit::new(Some(PageLimit::MAX))?)?;
     // The first page is read before answering, so that an unknown account or
