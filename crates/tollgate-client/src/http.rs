@@ -16,7 +16,7 @@
 use std::time::Duration;
 
 use jiff::SignedDuration;
-use reqwest::{Method, StatusCode, Url};
+use reqwest::{Method, Response, StatusCode, Url};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tollgate_api::{
@@ -511,18 +511,39 @@ impl TollgateClient {
         decode(status, &bytes)
     }
 
-    /// `GET` of a route with query parameters, each percent-encoded.
+    /// The URL of a route with query parameters, each percent-encoded.
+    fn url_with(&self, segments: &[&str], query: &[(&str, &str)]) -> Url {
+        let mut url = self.url(segments);
+        if !query.is_empty() {
+            url.query_pairs_mut().extend_pairs(query);
+        }
+        url
+    }
+
+    /// `GET` of a route with query parameters, its answer decoded.
     pub(crate) async fn get_with_query<T: DeserializeOwned>(
         &self,
         segments: &[&str],
         query: &[(&str, &str)],
     ) -> Result<T, ClientError> {
-        let mut url = self.url(segments);
-        if !query.is_empty() {
-            url.query_pairs_mut().extend_pairs(query);
-        }
-        let (status, bytes) = self.send_to(Method::GET, url, None::<&()>, None).await?;
+        let (status, bytes) = self.send_to(Method::GET, self.url_with(segments, query), None::<&()>, None).await?;
         decode(status, &bytes).map(|(_, value)| value)
+    }
+
+    /// `GET` of a route with query parameters whose successful answer is
+    /// read by the caller as it arrives (a stream); an error status is read
+    /// whole and becomes a `ClientError` from its error body.
+    pub(crate) async fn get_streamed(
+        &self,
+        segments: &[&str],
+        query: &[(&str, &str)],
+    ) -> Result<Response, ClientError> {
+        let response = self.start(Method::GET, self.url_with(segments, query), None::<&()>, None).await?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        Err(ClientError::of_response(status, &read_bounded(response).await?))
     }
 
     /// Sends one request and reads the whole body; an error status becomes a
@@ -537,7 +558,6 @@ impl TollgateClient {
         self.send_to(method, self.url(segments), body, idempotency_key).await
     }
 
-    /// Like `send`, to a URL already built (with a query string, say).
     /// `send` to a URL built by the caller (one with a query string).
     async fn send_to<B: Serialize>(
         &self,
@@ -546,6 +566,21 @@ impl TollgateClient {
         body: Option<&B>,
         idempotency_key: Option<&str>,
     ) -> Result<(StatusCode, Vec<u8>), ClientError> {
+        let response = self.start(method, url, body, idempotency_key).await?;
+        let status = response.status();
+        let bytes = read_bounded(response).await?;
+        if status.is_success() { Ok((status, bytes)) } else { Err(ClientError::of_response(status, &bytes)) }
+    }
+
+    /// Sends one request with the operator token and the idempotency key, if
+    /// any; the answer's body is not read yet.
+    async fn start<B: Serialize>(
+        &self,
+        method: Method,
+        url: Url,
+        body: Option<&B>,
+        idempotency_key: Option<&str>,
+    ) -> Result<Response, ClientError> {
         let mut request = self.http.request(method, url);
         if let Some(authorization) = &self.authorization {
             request = request.header(reqwest::header::AUTHORIZATION, authorization.clone());
@@ -564,25 +599,29 @@ impl TollgateClient {
         if let Some(body) = body {
             request = request.json(body);
         }
-        let mut response = request.send().await.map_err(|e| ClientError::of_reqwest(&e))?;
-        let status = response.status();
-        let mut bytes = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| ClientError::of_reqwest(&e))? {
-            if bytes.len() + chunk.len() > RESPONSE_BYTES_MAX {
-                return Err(ClientError {
-                    kind: ClientErrorKind::InvalidResponse,
-                    status: Some(status.as_u16()),
-                    code: "invalid_response".into(),
-                    message: format!("HTTP {status} answer is longer than {RESPONSE_BYTES_MAX} bytes"),
-                    // The request may have been applied; a retry (keyed, or
-                    // idempotent usage) is answered again.
-                    retryable: true,
-                });
-            }
-            bytes.extend_from_slice(&chunk);
-        }
-        if status.is_success() { Ok((status, bytes)) } else { Err(ClientError::of_response(status, &bytes)) }
+        request.send().await.map_err(|e| ClientError::of_reqwest(&e))
     }
+}
+
+/// An answer's whole body, at most [`RESPONSE_BYTES_MAX`] bytes.
+async fn read_bounded(mut response: Response) -> Result<Vec<u8>, ClientError> {
+    let status = response.status();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| ClientError::of_reqwest(&e))? {
+        if bytes.len() + chunk.len() > RESPONSE_BYTES_MAX {
+            return Err(ClientError {
+                kind: ClientErrorKind::InvalidResponse,
+                status: Some(status.as_u16()),
+                code: "invalid_response".into(),
+                message: format!("HTTP {status} answer is longer than {RESPONSE_BYTES_MAX} bytes"),
+                // The request may have been applied; a retry (keyed, or
+                // idempotent usage) is answered again.
+                retryable: true,
+            });
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
 }
 
 /// A success answer's body as `T`.

@@ -1,10 +1,9 @@
 //! `GET /v1/accounts/{account_id}/journal`: a page of an account's journal,
 //! and the whole journal read page by page.
 
-use reqwest::Method;
 use tollgate_api::{JournalEntryBody, JournalPageBody};
 
-use super::{ClientError, ClientErrorKind, TollgateClient, snippet};
+use super::{ClientError, TollgateClient};
 
 impl TollgateClient {
     /// `GET /v1/accounts/{account_id}/journal?after=…&limit=…` (either
@@ -16,22 +15,10 @@ impl TollgateClient {
         after: u64,
         limit: Option<u32>,
     ) -> Result<JournalPageBody, ClientError> {
-        let mut url = self.url(&["v1", "accounts", account_id, "journal"]);
-        {
-            let mut query = url.query_pairs_mut();
-            query.append_pair("after", &after.to_string());
-            if let Some(limit) = limit {
-                query.append_pair("limit", &limit.to_string());
-            }
-        }
-        let (status, bytes) = self.send_to(Method::GET, url, None::<&()>, None).await?;
-        serde_json::from_slice(&bytes).map_err(|e| ClientError {
-            kind: ClientErrorKind::InvalidResponse,
-            status: Some(status.as_u16()),
-            code: "invalid_response".into(),
-            message: format!("HTTP {status} body is not the documented shape: {e}: {}", snippet(&bytes)),
-            retryable: false,
-        })
+        let (after, limit) = (after.to_string(), limit.map(|limit| limit.to_string()));
+        let mut query = vec![("after", after.as_str())];
+        query.extend(limit.as_deref().map(|limit| ("limit", limit)));
+        self.get_with_query(&["v1", "accounts", account_id, "journal"], &query).await
     }
 
     /// Every entry of an account's journal, read in pages of the largest

@@ -2,13 +2,12 @@
 //! page of a range in turn, and the NDJSON stream of a whole range.
 
 use jiff::Timestamp;
-use reqwest::{Method, Response, StatusCode};
-use serde::de::DeserializeOwned;
+use reqwest::Response;
 use tollgate_api::{ExportedEventBody, UsageEventsPage, UsageReportBody};
 use tollgate_core::UsageEvent;
 use tollgate_core::query::{GroupBy, Window};
 
-use super::{ClientError, ClientErrorKind, RESPONSE_BYTES_MAX, TollgateClient, snippet};
+use super::{ClientError, ClientErrorKind, TollgateClient, snippet};
 
 /// What a usage query asks for: `[from, to)`, an optional window and a grouping.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,10 +19,11 @@ pub struct UsageQueryParams {
     pub group_by: GroupBy,
 }
 
-fn invalid(status: Option<StatusCode>, message: String) -> ClientError {
+/// A stream that is not the documented NDJSON export.
+fn invalid(message: String) -> ClientError {
     ClientError {
         kind: ClientErrorKind::InvalidResponse,
-        status: status.map(|s| s.as_u16()),
+        status: None,
         code: "invalid_response".into(),
         message,
         retryable: false,
@@ -34,14 +34,11 @@ impl TollgateClient {
     /// `GET /v1/accounts/{account_id}/usage` (gateway): every bucket of the
     /// range in time order, with its groups, and the total.
     pub async fn usage(&self, account_id: &str, params: &UsageQueryParams) -> Result<UsageReportBody, ClientError> {
-        let mut query = vec![("from", params.from.to_string()), ("to", params.to.to_string())];
-        if let Some(window) = params.window {
-            query.push(("window", window.code().to_owned()));
-        }
-        if let Some(group_by) = params.group_by.code() {
-            query.push(("group_by", group_by));
-        }
-        self.get_json(&["v1", "accounts", account_id, "usage"], &query).await
+        let (from, to, group_by) = (params.from.to_string(), params.to.to_string(), params.group_by.code());
+        let mut query = vec![("from", from.as_str()), ("to", to.as_str())];
+        query.extend(params.window.map(|window| ("window", window.code())));
+        query.extend(group_by.as_deref().map(|group_by| ("group_by", group_by)));
+        self.get_with_query(&["v1", "accounts", account_id, "usage"], &query).await
     }
 
     /// `GET /v1/accounts/{account_id}/usage/events` (gateway): one page of
@@ -55,14 +52,11 @@ impl TollgateClient {
         cursor: Option<&str>,
         limit: Option<u32>,
     ) -> Result<UsageEventsPage, ClientError> {
-        let mut query = vec![("from", from.to_string()), ("to", to.to_string())];
-        if let Some(cursor) = cursor {
-            query.push(("cursor", cursor.to_owned()));
-        }
-        if let Some(limit) = limit {
-            query.push(("limit", limit.to_string()));
-        }
-        self.get_json(&["v1", "accounts", account_id, "usage", "events"], &query).await
+        let (from, to, limit) = (from.to_string(), to.to_string(), limit.map(|limit| limit.to_string()));
+        let mut query = vec![("from", from.as_str()), ("to", to.as_str())];
+        query.extend(cursor.map(|cursor| ("cursor", cursor)));
+        query.extend(limit.as_deref().map(|limit| ("limit", limit)));
+        self.get_with_query(&["v1", "accounts", account_id, "usage", "events"], &query).await
     }
 
     /// Every event of the range, page by page (`UsageEventPages::next_page`).
@@ -93,57 +87,11 @@ impl TollgateClient {
         from: Timestamp,
         to: Timestamp,
     ) -> Result<NdjsonEvents, ClientError> {
-        let query = [("from", from.to_string()), ("to", to.to_string()), ("format", "ndjson".to_owned())];
-        let response = self.get(&["v1", "accounts", account_id, "usage", "events"], &query).await?;
+        let (from, to) = (from.to_string(), to.to_string());
+        let query = [("from", from.as_str()), ("to", to.as_str()), ("format", "ndjson")];
+        let response = self.get_streamed(&["v1", "accounts", account_id, "usage", "events"], &query).await?;
         Ok(NdjsonEvents { response, account_id: account_id.to_owned(), buffer: Vec::new(), done: false })
     }
-
-    /// A `GET` with a query string; an error status becomes a `ClientError`
-    /// from its error body.
-    async fn get(&self, segments: &[&str], query: &[(&str, String)]) -> Result<Response, ClientError> {
-        let mut url = self.url(segments);
-        url.query_pairs_mut().extend_pairs(query.iter().map(|(name, value)| (*name, value.as_str())));
-        let mut request = self.http.request(Method::GET, url);
-        if let Some(authorization) = &self.authorization {
-            request = request.header(reqwest::header::AUTHORIZATION, authorization.clone());
-        }
-        let response = request.send().await.map_err(|e| ClientError::of_reqwest(&e))?;
-        if response.status().is_success() {
-            return Ok(response);
-        }
-        let status = response.status();
-        let bytes = read_bounded(response).await?;
-        Err(ClientError::of_response(status, &bytes))
-    }
-
-    async fn get_json<T: DeserializeOwned>(
-        &self,
-        segments: &[&str],
-        query: &[(&str, String)],
-    ) -> Result<T, ClientError> {
-        let response = self.get(segments, query).await?;
-        let status = response.status();
-        let bytes = read_bounded(response).await?;
-        serde_json::from_slice(&bytes).map_err(|e| {
-            invalid(Some(status), format!("HTTP {status} body is not the documented shape: {e}: {}", snippet(&bytes)))
-        })
-    }
-}
-
-/// The whole body, at most [`RESPONSE_BYTES_MAX`] bytes.
-async fn read_bounded(mut response: Response) -> Result<Vec<u8>, ClientError> {
-    let status = response.status();
-    let mut bytes = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| ClientError::of_reqwest(&e))? {
-        if bytes.len() + chunk.len() > RESPONSE_BYTES_MAX {
-            return Err(invalid(
-                Some(status),
-                format!("HTTP {status} answer is longer than {RESPONSE_BYTES_MAX} bytes"),
-            ));
-        }
-        bytes.extend_from_slice(&chunk);
-    }
-    Ok(bytes)
 }
 
 /// The pages of one export, in order; each page resumes after the last.
@@ -201,12 +149,12 @@ impl NdjsonEvents {
             if self.done {
                 return match self.buffer.is_empty() {
                     true => None,
-                    false => Some(Err(invalid(None, "the export ended inside a line".into()))),
+                    false => Some(Err(invalid("the export ended inside a line".into()))),
                 };
             }
             if self.buffer.len() > LINE_BYTES_MAX {
                 self.done = true;
-                return Some(Err(invalid(None, format!("an export line is longer than {LINE_BYTES_MAX} bytes"))));
+                return Some(Err(invalid(format!("an export line is longer than {LINE_BYTES_MAX} bytes"))));
             }
             match self.response.chunk().await {
                 Ok(Some(chunk)) => self.buffer.extend_from_slice(&chunk),
@@ -223,6 +171,6 @@ impl NdjsonEvents {
     fn event_of(&self, line: &[u8]) -> Result<UsageEvent, ClientError> {
         serde_json::from_slice::<ExportedEventBody>(line)
             .map(|body| body.into_event(&self.account_id))
-            .map_err(|e| invalid(None, format!("an export line is not an event: {e}: {}", snippet(line))))
+            .map_err(|e| invalid(format!("an export line is not an event: {e}: {}", snippet(line))))
     }
 }
