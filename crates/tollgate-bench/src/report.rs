@@ -56,6 +56,14 @@ const PAIRS: &[Pair] = &[
         baseline: "`pgbench -M prepared -c 8 -j 1`, `bench/sql/lease_cycle.sql`",
     },
     Pair {
+        key: "pg_lease_journal",
+        path: "PostgreSQL lease cycle, journaled floor",
+        unit: "cycles/s",
+        target: 0.80,
+        tollgate: "the same run of the store as the row above",
+        baseline: "`pgbench -M prepared -c 8 -j 1`, `bench/sql/lease_cycle_journal.sql`",
+    },
+    Pair {
         key: "pg_ingest",
         path: "PostgreSQL ingestion",
         unit: "events/s",

@@ -31,7 +31,7 @@ use crate::model::{
     AccountView, CheckReport, Consolidated, CreditReceipt, IssuedCredential, IssuedLease, JournalPage, LeaseHandle,
     ReclaimReport, ReclaimedLease, Released, SkippedLease, StorageStatus, Verification, reclaim_read_max,
 };
-use crate::secrets::{new_capability, new_credential_id, new_credential_key, new_lease_id};
+use crate::secrets::{new_capability, new_credential_id, new_credential_key};
 use crate::{Store, UsageSink};
 
 mod check;
@@ -42,8 +42,8 @@ mod listings;
 mod records;
 
 use events::EventLog;
-use journal::{Journals, ReclaimTouched};
-use lease_ids::{LeaseKey, lease_id_of, lease_key};
+use journal::{Journals, ReclaimTouched, StoredIds};
+use lease_ids::{LeaseKey, lease_id_of, lease_key, new_lease_key};
 use records::IdempotencyRecords;
 
 const DOMAIN: UnitDomain = UnitDomain::U64;
@@ -64,6 +64,17 @@ struct LeaseRecord {
     account: u32,
     state: LeaseState,
     expiry_is_upper_bound: bool,
+}
+
+impl LeaseRecord {
+    fn write(&mut self, lease: &Lease) {
+        self.fencing_token = lease.fencing_token;
+        self.granted = lease.granted;
+        self.used = lease.used;
+        self.state = lease.state;
+        self.expiry = lease.expiry;
+        self.expiry_is_upper_bound = lease.expiry_is_upper_bound;
+    }
 }
 
 struct CredentialRecord {
@@ -193,21 +204,20 @@ impl State {
     /// Writes what the core decided about a stored lease into its record.
     fn write_lease(&mut self, lease: &Lease) {
         if let Some(record) = lease_key(&lease.lease_id).and_then(|key| self.leases.get_mut(&key)) {
-            record.fencing_token = lease.fencing_token;
-            record.granted = lease.granted;
-            record.used = lease.used;
-            record.state = lease.state;
-            record.expiry = lease.expiry;
-            record.expiry_is_upper_bound = lease.expiry_is_upper_bound;
+            record.write(lease);
         }
     }
 
-    fn insert_lease(&mut self, lease: Lease, capability: SecretHash) {
-        let key = lease_key(&lease.lease_id).expect("lease ids come from new_lease_id");
+    fn insert_lease(&mut self, key: LeaseKey, lease: Lease, capability: SecretHash) {
         let account = *self.account_index.get(&lease.account_id).expect("leases are granted on stored accounts");
         self.active_by_expiry.insert((lease.expiry, key));
         self.leases_by_account.insert((account, key));
-        *self.active_per_account.entry(lease.account_id.clone()).or_default() += 1;
+        match self.active_per_account.get_mut(&lease.account_id) {
+            Some(count) => *count += 1,
+            None => {
+                self.active_per_account.insert(lease.account_id.clone(), 1);
+            }
+        }
         let record = LeaseRecord {
             capability,
             fencing_token: lease.fencing_token,
@@ -223,20 +233,23 @@ impl State {
 
     /// Stores a lease the core settled, taking it out of the active indexes.
     fn store_settled(&mut self, lease: Lease) {
-        if let Some(key) = lease_key(&lease.lease_id) {
-            self.active_by_expiry.remove(&(lease.expiry, key));
-        }
         if let Some(count) = self.active_per_account.get_mut(&lease.account_id) {
             *count = count.saturating_sub(1);
         }
-        self.write_lease(&lease);
+        let Some(key) = lease_key(&lease.lease_id) else { return };
+        self.active_by_expiry.remove(&(lease.expiry, key));
+        if let Some(record) = self.leases.get_mut(&key) {
+            record.write(&lease);
+        }
     }
 
-    fn grant_lease(&mut self, account_id: &str, grant: ledger::Grant) -> IssuedLease {
+    /// Stores a lease for `grant`, and answers it with its key.
+    fn grant_lease(&mut self, account_id: &str, grant: ledger::Grant) -> (IssuedLease, LeaseKey) {
         let capability = new_capability();
-        let lease = grant.into_lease(new_lease_id(), account_id.to_owned());
-        self.insert_lease(lease.clone(), capability.hash());
-        IssuedLease { lease, capability }
+        let key = new_lease_key();
+        let lease = grant.into_lease(lease_id_of(key), account_id.to_owned());
+        self.insert_lease(key, lease.clone(), capability.hash());
+        (IssuedLease { lease, capability }, key)
     }
 }
 
@@ -338,7 +351,7 @@ impl Store for MemoryStore {
         let key = (account_id.to_owned(), credit_id.to_owned());
         let created = account.credit_once(state.credits.get(&key).copied(), units, DOMAIN)?;
         if created {
-            state.put_account(account, EntryKind::Credit, EntryIds::credit(credit_id), now);
+            state.put_account(account, EntryKind::Credit, StoredIds::other(EntryIds::credit(credit_id)), now);
             state.credits.insert(key, units);
         }
         Ok(CreditReceipt { account: state.view(account_id)?, created })
@@ -356,8 +369,8 @@ impl Store for MemoryStore {
         self.run(idempotency, request, now, |state| {
             let mut account = state.account(account_id)?.clone();
             let grant = ledger::acquire(&mut account, units, ttl, now, &self.policy, DOMAIN)?;
-            let issued = state.grant_lease(account_id, grant);
-            state.put_account(account, EntryKind::Acquire, EntryIds::lease(&issued.lease.lease_id), now);
+            let (issued, key) = state.grant_lease(account_id, grant);
+            state.put_account(account, EntryKind::Acquire, StoredIds::Lease(key), now);
             Ok(issued)
         })
     }
@@ -374,7 +387,7 @@ impl Store for MemoryStore {
             let mut lease = state.held_lease(account_id, lease_id, capability)?;
             let mut account = state.account(&lease.account_id).map_err(|_| orphan(&lease))?.clone();
             let settlement = ledger::release(&mut account, &mut lease, now, &self.policy, DOMAIN)?;
-            state.put_account(account, EntryKind::Release, EntryIds::lease(lease_id), now);
+            state.put_account(account, EntryKind::Release, StoredIds::lease(lease_id), now);
             state.store_settled(lease.clone());
             Ok(Released { lease, settlement })
         })
@@ -401,10 +414,10 @@ impl Store for MemoryStore {
             for lease in &leases {
                 state.store_settled(lease.clone());
             }
-            let lease = state.grant_lease(account_id, grant);
+            let (lease, _) = state.grant_lease(account_id, grant);
             let sources = leases.iter().map(|l| l.lease_id.clone()).collect();
             let ids = EntryIds::consolidate(&lease.lease.lease_id, sources);
-            state.put_account(account, EntryKind::Consolidate, ids, now);
+            state.put_account(account, EntryKind::Consolidate, StoredIds::other(ids), now);
             Ok(Consolidated { lease, settlements: leases.into_iter().zip(settlements).collect() })
         })
     }

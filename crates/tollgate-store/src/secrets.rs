@@ -3,19 +3,25 @@
 
 use tollgate_core::{CREDENTIAL_KEY_PREFIX, Secret};
 
-fn random_hex() -> String {
-    hex::encode(rand::random::<[u8; 32]>())
+/// `prefix` followed by 256 random bits as 64 lowercase hex digits.
+fn random_hex_after(prefix: &str) -> String {
+    let mut digits = [0u8; 64];
+    hex::encode_to_slice(rand::random::<[u8; 32]>(), &mut digits).expect("64 digits encode 32 bytes");
+    let mut secret = String::with_capacity(prefix.len() + digits.len());
+    secret.push_str(prefix);
+    secret.extend(digits.iter().map(|&digit| char::from(digit)));
+    secret
 }
 
 pub fn new_capability() -> Secret {
-    Secret::new(format!("tgc_{}", random_hex()))
+    Secret::new(random_hex_after("tgc_"))
 }
 
 /// A credential key of `account_id`: `tgk_{account_id}_{64 lowercase hex}`.
 /// The account part routes a presented key to its account
 /// (`tollgate_core::route_credential_key`); the secret is the hex part.
 pub fn new_credential_key(account_id: &str) -> Secret {
-    Secret::new(format!("{CREDENTIAL_KEY_PREFIX}{account_id}_{}", random_hex()))
+    Secret::new(random_hex_after(&format!("{CREDENTIAL_KEY_PREFIX}{account_id}_")))
 }
 
 pub fn new_lease_id() -> String {

@@ -1,31 +1,125 @@
 //! The memory store's journal: each account's entries, written under the
 //! store's one lock in the same critical section as the change they record.
+//!
+//! An entry is kept compactly, because every acquire and release writes one:
+//! its account and sequence number are where it is kept (entry `n` of an
+//! account is at index `n - 1` of its list), a lease it names is kept as the
+//! lease's key, and deltas that fit `i64` (all but changes near `u64::MAX`)
+//! are kept as such. [`Stored::entry`] gives back the core's [`Entry`].
 
 use std::collections::{BTreeMap, HashMap};
 
 use jiff::Timestamp;
-use tollgate_core::journal::{Change, EntryIds, EntryKind, check_replay};
-use tollgate_core::{Account, Entry, Error, PageLimit};
+use tollgate_core::journal::{Change, Deltas, EntryIds, EntryKind, check_replay, deltas};
+use tollgate_core::{Account, COUNTERS, Entry, Error, PageLimit};
 
 use super::State;
+use super::lease_ids::{LeaseKey, lease_id_of, lease_key};
 use crate::model::{JournalMismatch, JournalPage};
 
-/// Every account's entries, in sequence order: entry `n` is at index `n - 1`.
+/// Every account's entries, in sequence order.
 #[derive(Default)]
 pub(super) struct Journals {
-    entries: HashMap<String, Vec<Entry>>,
+    entries: HashMap<String, Vec<Stored>>,
+}
+
+/// One entry as kept.
+struct Stored {
+    at: Timestamp,
+    deltas: StoredDeltas,
+    ids: StoredIds,
+    kind: EntryKind,
+}
+
+enum StoredDeltas {
+    Narrow([i64; COUNTERS]),
+    Wide(Box<Deltas>),
+}
+
+/// The ids of an entry as kept: the one lease of an acquire or release by its
+/// key, any other set as the core gives it.
+pub(super) enum StoredIds {
+    Lease(LeaseKey),
+    Other(Box<EntryIds>),
+}
+
+impl StoredIds {
+    /// The ids of an acquire or release of `lease_id`.
+    pub(super) fn lease(lease_id: &str) -> Self {
+        lease_key(lease_id).map_or_else(|| Self::other(EntryIds::lease(lease_id)), StoredIds::Lease)
+    }
+
+    pub(super) fn other(ids: EntryIds) -> Self {
+        StoredIds::Other(Box::new(ids))
+    }
+
+    fn ids(&self) -> EntryIds {
+        match self {
+            StoredIds::Lease(key) => EntryIds::lease(&lease_id_of(*key)),
+            StoredIds::Other(ids) => (**ids).clone(),
+        }
+    }
+}
+
+impl StoredDeltas {
+    fn of(deltas: Deltas) -> Self {
+        let mut narrow = [0i64; COUNTERS];
+        for (kept, delta) in narrow.iter_mut().zip(deltas) {
+            match i64::try_from(delta) {
+                Ok(delta) => *kept = delta,
+                Err(_) => return StoredDeltas::Wide(Box::new(deltas)),
+            }
+        }
+        StoredDeltas::Narrow(narrow)
+    }
+
+    fn deltas(&self) -> Deltas {
+        match self {
+            StoredDeltas::Narrow(narrow) => narrow.map(i128::from),
+            StoredDeltas::Wide(wide) => **wide,
+        }
+    }
+}
+
+impl Stored {
+    fn entry(&self, account_id: &str, seq: u64) -> Entry {
+        Entry {
+            account_id: account_id.to_owned(),
+            seq,
+            kind: self.kind,
+            deltas: self.deltas.deltas(),
+            ids: self.ids.ids(),
+            at: self.at,
+        }
+    }
 }
 
 impl Journals {
-    /// Numbers `change` as its account's next entry and keeps it.
-    pub(super) fn record(&mut self, change: Change, now: Timestamp) {
-        let entries = self.entries.entry(change.account_id.clone()).or_default();
-        let seq = entries.len() as u64 + 1;
-        entries.push(change.numbered(seq, now));
+    /// Keeps `deltas` as the next entry of `account_id`.
+    fn push(&mut self, account_id: &str, kind: EntryKind, deltas: Deltas, ids: StoredIds, at: Timestamp) {
+        let stored = Stored { at, deltas: StoredDeltas::of(deltas), ids, kind };
+        match self.entries.get_mut(account_id) {
+            Some(entries) => entries.push(stored),
+            None => {
+                self.entries.insert(account_id.to_owned(), vec![stored]);
+            }
+        }
     }
 
-    fn of(&self, account_id: &str) -> &[Entry] {
-        self.entries.get(account_id).map(Vec::as_slice).unwrap_or(&[])
+    /// Numbers `change` as its account's next entry and keeps it.
+    pub(super) fn record(&mut self, change: Change, now: Timestamp) {
+        self.push(&change.account_id, change.kind, change.deltas, StoredIds::other(change.ids), now);
+    }
+
+    /// Entries `after + 1 ..` of `account_id`, at most `count` of them.
+    fn read(&self, account_id: &str, after: u64, count: usize) -> Vec<Entry> {
+        let entries = self.entries.get(account_id).map(Vec::as_slice).unwrap_or(&[]);
+        let start = usize::try_from(after).unwrap_or(usize::MAX).min(entries.len());
+        (start as u64 + 1..)
+            .zip(&entries[start..])
+            .take(count)
+            .map(|(seq, stored)| stored.entry(account_id, seq))
+            .collect()
     }
 }
 
@@ -48,13 +142,16 @@ impl ReclaimTouched {
 impl State {
     /// Stores the core's new counters for an existing account and journals
     /// the change, if there is one, at `now`.
-    pub(super) fn put_account(&mut self, account: Account, kind: EntryKind, ids: EntryIds, now: Timestamp) {
-        if let Some(before) = self.accounts.get(&account.account_id)
-            && let Some(change) = Change::between(kind, before, &account, ids)
-        {
-            self.journals.record(change, now);
+    pub(super) fn put_account(&mut self, account: Account, kind: EntryKind, ids: StoredIds, now: Timestamp) {
+        let Some(stored) = self.accounts.get_mut(&account.account_id) else {
+            self.accounts.insert(account.account_id.clone(), account);
+            return;
+        };
+        let deltas = deltas(stored, &account);
+        *stored = account;
+        if deltas != [0; COUNTERS] {
+            self.journals.push(&stored.account_id, kind, deltas, ids, now);
         }
-        self.accounts.insert(account.account_id.clone(), account);
     }
 
     /// One `reclaim` entry per account a pass settled leases in.
@@ -69,10 +166,7 @@ impl State {
 
     pub(super) fn journal_page(&self, account_id: &str, after: u64, limit: PageLimit) -> Result<JournalPage, Error> {
         self.account(account_id)?;
-        let entries = self.journals.of(account_id);
-        let start = usize::try_from(after).unwrap_or(usize::MAX).min(entries.len());
-        let rows = entries[start..].iter().take(limit.rows() + 1).cloned().collect();
-        Ok(JournalPage::of(rows, limit.rows()))
+        Ok(JournalPage::of(self.journals.read(account_id, after, limit.rows() + 1), limit.rows()))
     }
 
     /// Accounts whose journal does not replay to their counters.
@@ -80,7 +174,8 @@ impl State {
         self.accounts
             .values()
             .filter_map(|account| {
-                let error = check_replay(account, self.journals.of(&account.account_id)).err()?;
+                let entries = self.journals.read(&account.account_id, 0, usize::MAX);
+                let error = check_replay(account, &entries).err()?;
                 Some(JournalMismatch { account_id: account.account_id.clone(), error })
             })
             .collect()
