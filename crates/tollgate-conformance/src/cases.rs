@@ -3,7 +3,7 @@
 
 use jiff::{SignedDuration, Timestamp};
 use tollgate_core::{Error, EventOutcome, IngestError, LeaseState, Settlement, UsageEvent};
-use tollgate_store::{LeaseHandle, ReclaimedLease, Store, UsageSink};
+use tollgate_store::{LeaseHandle, ReclaimReport, ReclaimedLease, Store, UsageSink};
 
 use crate::StoreFactory;
 use crate::support::*;
@@ -575,6 +575,43 @@ pub async fn reclaim_is_bounded_in_account_order_and_idempotent<F: StoreFactory>
     assert_ledger(&s, "a", Ledger { next_fence: 2, ..done }).await;
     assert_ledger(&s, "b", done).await;
     assert_ledger(&s, "c", done).await;
+}
+
+/// A pass takes the account of the most overdue lease first and settles all of
+/// that account's due leases before the next account's: here `a`'s second
+/// lease expired after `b`'s first, and still goes in the first pass, whose
+/// bound is 2; `b`'s leases wait for the second pass.
+pub async fn reclaim_settles_the_most_overdue_accounts_leases_together<F: StoreFactory>(f: &F) {
+    let s = f.create(policy(secs(60), nanos(0), 2)).await;
+    for account in ["a", "b"] {
+        funded(&s, account, 10).await;
+    }
+    let mut leases = Vec::new();
+    for (account, ttl) in [("a", 1), ("b", 2), ("a", 3), ("b", 4)] {
+        leases.push(s.acquire(account, 1, nanos(ttl), ts(T0)).await.unwrap().lease.lease_id);
+    }
+    let now = ts(T0 + 100);
+    let settled = |report: &ReclaimReport| -> Vec<String> {
+        report.reclaimed.iter().map(|r| format!("{}/{}", r.account_id, r.lease_id)).collect()
+    };
+    let first = s.reclaim(now, 10).await.unwrap();
+    let mut expected = vec![format!("a/{}", leases[0]), format!("a/{}", leases[2])];
+    expected.sort();
+    assert_eq!(settled(&first), expected);
+    assert_ledger(&s, "a", Ledger { credited: 10, available: 10, next_fence: 3, ..Ledger::default() }).await;
+    assert_ledger(
+        &s,
+        "b",
+        Ledger { credited: 10, available: 8, reserved: 2, next_fence: 3, active_leases: 2, ..Ledger::default() },
+    )
+    .await;
+
+    let second = s.reclaim(now, 10).await.unwrap();
+    let mut expected = vec![format!("b/{}", leases[1]), format!("b/{}", leases[3])];
+    expected.sort();
+    assert_eq!(settled(&second), expected);
+    assert_ledger(&s, "b", Ledger { credited: 10, available: 10, next_fence: 3, ..Ledger::default() }).await;
+    assert!(s.reclaim(now, 10).await.unwrap().reclaimed.is_empty());
 }
 
 // ------------------------------------------------------------------- ingestion

@@ -44,6 +44,7 @@ macro_rules! conformance_suite {
             consolidation_carries_units_exactly,
             consolidation_is_refused_atomically,
             reclaim_is_bounded_in_account_order_and_idempotent,
+            reclaim_settles_the_most_overdue_accounts_leases_together,
             ingest_classifies_a_mixed_batch,
             duplicate_detection_precedes_validation,
             rejected_request_id_is_reusable,

@@ -189,9 +189,34 @@ pub struct ReclaimPass {
     pub cutoff: Option<Timestamp>,
 }
 
+impl ReclaimPass {
+    /// The accounts a pass takes due leases of, in the order it takes them.
+    ///
+    /// A pass reads the most overdue leases first: the due leases in
+    /// `(expiry, lease_id)` order, as many as it may read. `heads` are their
+    /// accounts in that order; a pass takes those accounts in the order of
+    /// their first appearance and settles all of one account's due leases, in
+    /// expiry order, before the next account's, until its limit. So a pass
+    /// writes each account it touches once, and a backlog of due leases
+    /// spread over many accounts costs one account write per account per
+    /// pass, not one per lease; and the account of the most overdue lease
+    /// always comes first, so every due lease is settled within finitely many
+    /// passes.
+    pub fn accounts<T: Eq + std::hash::Hash + Clone>(heads: impl IntoIterator<Item = T>) -> Vec<T> {
+        let mut seen = std::collections::HashSet::new();
+        heads.into_iter().filter(|account| seen.insert(account.clone())).collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pass_takes_accounts_in_the_order_of_their_most_overdue_lease() {
+        assert_eq!(ReclaimPass::accounts(["b", "a", "b", "c", "a"]), ["b", "a", "c"]);
+        assert_eq!(ReclaimPass::accounts(Vec::<u32>::new()), Vec::<u32>::new());
+    }
 
     fn policy(max_ttl_ns: i64, grace_ns: i64) -> GrantPolicy {
         GrantPolicy::new(SignedDuration::from_nanos(max_ttl_ns), SignedDuration::from_nanos(grace_ns), 10).unwrap()

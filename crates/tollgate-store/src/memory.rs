@@ -29,7 +29,7 @@ use tollgate_core::{
 use crate::idempotency::{Claim, IDEMPOTENCY_PURGE_BATCH_MAX, Idempotency, Replayable, Request};
 use crate::model::{
     AccountView, CheckReport, Consolidated, CreditReceipt, IssuedCredential, IssuedLease, JournalPage, LeaseHandle,
-    ReclaimReport, ReclaimedLease, Released, SkippedLease, StorageStatus, Verification, reclaim_read_max,
+    ReclaimReport, Released, SkippedLease, StorageStatus, Verification,
 };
 use crate::secrets::{new_capability, new_credential_id, new_credential_key};
 use crate::{Store, UsageSink};
@@ -39,10 +39,11 @@ mod events;
 mod journal;
 mod lease_ids;
 mod listings;
+mod reclaim;
 mod records;
 
 use events::EventLog;
-use journal::{Journals, ReclaimTouched, StoredIds};
+use journal::{Journals, StoredIds};
 use lease_ids::{LeaseKey, lease_id_of, lease_key, new_lease_key};
 use records::IdempotencyRecords;
 
@@ -94,8 +95,12 @@ struct State {
     leases: HashMap<LeaseKey, LeaseRecord>,
     /// Every lease by `(account index, key)`, the lease listing's order.
     leases_by_account: BTreeSet<(u32, LeaseKey)>,
-    /// Active leases by `(expiry, lease_id)`, the order reclaim picks due ones in.
+    /// Active leases by `(expiry, lease_id)`, the order reclaim reads the
+    /// most overdue ones in.
     active_by_expiry: BTreeSet<(Timestamp, LeaseKey)>,
+    /// Active leases by `(account index, expiry, lease_id)`: an account's due
+    /// leases in the order a reclaim pass settles them.
+    active_by_account: BTreeSet<(u32, Timestamp, LeaseKey)>,
     active_per_account: HashMap<String, u64>,
     /// Accepted events per account, kept forever.
     events: EventLog,
@@ -211,6 +216,7 @@ impl State {
     fn insert_lease(&mut self, key: LeaseKey, lease: Lease, capability: SecretHash) {
         let account = *self.account_index.get(&lease.account_id).expect("leases are granted on stored accounts");
         self.active_by_expiry.insert((lease.expiry, key));
+        self.active_by_account.insert((account, lease.expiry, key));
         self.leases_by_account.insert((account, key));
         match self.active_per_account.get_mut(&lease.account_id) {
             Some(count) => *count += 1,
@@ -239,6 +245,7 @@ impl State {
         let Some(key) = lease_key(&lease.lease_id) else { return };
         self.active_by_expiry.remove(&(lease.expiry, key));
         if let Some(record) = self.leases.get_mut(&key) {
+            self.active_by_account.remove(&(record.account, lease.expiry, key));
             record.write(&lease);
         }
     }
@@ -427,43 +434,7 @@ impl Store for MemoryStore {
         let Some(cutoff) = cutoff else {
             return Ok(ReclaimReport { limit, ..ReclaimReport::default() });
         };
-        let mut state = self.lock();
-        let mut skipped = Vec::new();
-        let mut due: Vec<Lease> = Vec::with_capacity(limit as usize);
-        for &(_, key) in state.active_by_expiry.iter().take_while(|(expiry, _)| *expiry <= cutoff) {
-            if due.len() == limit as usize || skipped.len() + due.len() == reclaim_read_max(limit) as usize {
-                break;
-            }
-            let Some(record) = state.leases.get(&key) else { continue };
-            let lease = state.lease_of(key, record);
-            match state.account(&lease.account_id) {
-                Ok(_) => due.push(lease),
-                Err(_) => skipped.push(skip(&lease, &orphan(&lease))),
-            }
-        }
-        due.sort_by(|a, b| (&a.account_id, &a.lease_id).cmp(&(&b.account_id, &b.lease_id)));
-        let mut reclaimed = Vec::with_capacity(due.len());
-        let mut touched = ReclaimTouched::default();
-        for mut lease in due {
-            let mut account = state.account(&lease.account_id).map_err(|_| orphan(&lease))?.clone();
-            let before = account.clone();
-            match ledger::reclaim(&mut account, &mut lease, now, &self.policy, DOMAIN) {
-                Ok(Some(settlement)) => {
-                    reclaimed.push(ReclaimedLease {
-                        lease_id: lease.lease_id.clone(),
-                        account_id: lease.account_id.clone(),
-                        settlement,
-                    });
-                    touched.settled(&before, &lease.lease_id);
-                    state.accounts.insert(account.account_id.clone(), account);
-                    state.store_settled(lease);
-                }
-                Ok(None) => {}
-                Err(error) => skipped.push(skip(&lease, &error)),
-            }
-        }
-        state.journal_reclaim(touched, now);
-        Ok(ReclaimReport { reclaimed, skipped, limit })
+        self.lock().reclaim(now, cutoff, limit, &self.policy)
     }
 
     async fn issue_credential_idempotent(

@@ -18,9 +18,9 @@ use tollgate_store::{
 use super::errors::storage_error;
 use super::load::{Busy, held, load_held, lock_account, lock_account_leases, lock_account_rows, sorted_ids};
 use super::persist::{Changes, persist};
-use super::rows::LeaseRow;
-use super::sql::{LOCK_DUE_SQL, LOCK_HELD_LEASE_SQL};
-use super::unlocked::skip;
+use super::rows::{HeldLeaseRow, LeaseRow};
+use super::sql::{LOCK_DUE_SQL, LOCK_HELD_LEASE_SQL, READ_DUE_SQL};
+use super::unlocked::{due_leases, skip};
 use super::{DOMAIN, Engine};
 
 impl Engine {
@@ -168,33 +168,42 @@ fn reclaim_changes(before: &BTreeMap<String, Account>, after: &[Account], settle
         .collect()
 }
 
-/// Locks up to `limit` due leases (skipping those another transaction holds),
-/// decoded, in account order; a lease whose row does not decode is skipped.
+/// Locks the leases of one pass, skipping those another transaction holds:
+/// up to `limit` due leases in the order of `ReclaimPass::accounts`, chosen
+/// by `READ_DUE_SQL` and then locked, still due and active, by
+/// `LOCK_DUE_SQL`; decoded, in account order. A lease whose row, or whose
+/// account's row, does not decode is skipped.
 async fn lock_due(
     tx: &mut PgConnection,
     cutoff: InstantPair,
     limit: u32,
 ) -> Result<(Vec<Lease>, Vec<SkippedLease>), Error> {
-    let rows: Vec<LeaseRow> = sqlx::query_as(LOCK_DUE_SQL)
+    let rows: Vec<HeldLeaseRow> = sqlx::query_as(READ_DUE_SQL)
         .bind(cutoff.floor_us)
         .bind(cutoff.submicro_ns)
         .bind(i64::from(reclaim_read_max(limit)))
         .fetch_all(&mut *tx)
         .await
         .map_err(storage_error)?;
-    let mut skipped = Vec::new();
+    let (chosen, mut skipped) = due_leases(rows.into_iter().map(|row| (row.account, row.lease)), limit);
+    let (accounts, leases): (Vec<String>, Vec<String>) =
+        chosen.leases.iter().map(|l| (l.account_id.clone(), l.lease_id.clone())).unzip();
+    let rows: Vec<LeaseRow> = sqlx::query_as(LOCK_DUE_SQL)
+        .bind(&accounts)
+        .bind(&leases)
+        .bind(cutoff.floor_us)
+        .bind(cutoff.submicro_ns)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(storage_error)?;
     let mut due = Vec::with_capacity(rows.len());
     for row in rows {
-        if due.len() == limit as usize {
-            break;
-        }
         let (lease_id, account_id) = (row.lease_id.clone(), row.lease_account_id.clone());
         match row.decode() {
             Ok(record) => due.push(record.lease),
             Err(error) => skipped.push(skip(&lease_id, &account_id, &error)),
         }
     }
-    due.sort_by(|a, b| (&a.account_id, &a.lease_id).cmp(&(&b.account_id, &b.lease_id)));
     Ok((due, skipped))
 }
 

@@ -227,22 +227,60 @@ pub(super) const LOCK_HELD_LEASE_SQL: &str = concat!(
     " WHERE l.account_id = $1 AND l.lease_id = $2 FOR NO KEY UPDATE OF a FOR UPDATE OF l"
 );
 
-/// Active leases due at the cutoff ($1, $2), in expiry order, at most $3.
+/// Active leases due at the cutoff ($1, $2), at most $3, with their accounts,
+/// in the order a reclaim pass takes them (`ReclaimPass::accounts`): the
+/// accounts of the $3 most overdue leases, in the order of their most overdue
+/// one, each with its due leases in expiry order. The accounts' leases are
+/// read through `tollgate_leases_active_account_expiry` in that order, so the
+/// statement reads about as many rows as it returns.
 pub(super) const READ_DUE_SQL: &str = concat!(
-    held_lease_select!(),
-    " WHERE l.state = 'active' AND (l.expiry_floor_us, l.expiry_submicro_ns) <= ($1, $2) \
-     ORDER BY l.expiry_floor_us, l.expiry_submicro_ns, l.lease_id LIMIT $3"
+    "
+WITH most_overdue AS (
+    SELECT l.account_id,
+        row_number() OVER (ORDER BY l.expiry_floor_us, l.expiry_submicro_ns, l.lease_id) AS n
+    FROM tollgate_leases AS l
+    WHERE l.state = 'active' AND (l.expiry_floor_us, l.expiry_submicro_ns) <= ($1, $2)
+    ORDER BY l.expiry_floor_us, l.expiry_submicro_ns, l.lease_id
+    LIMIT $3
+), heads AS (
+    SELECT m.account_id, min(m.n) AS first
+    FROM most_overdue AS m
+    GROUP BY m.account_id
+    ORDER BY first
+)
+SELECT ",
+    account_columns!(),
+    ", ",
+    lease_columns!(),
+    "
+FROM heads AS h
+CROSS JOIN LATERAL (
+    SELECT d.*
+    FROM tollgate_leases AS d
+    WHERE d.account_id = h.account_id AND d.state = 'active'
+      AND (d.expiry_floor_us, d.expiry_submicro_ns) <= ($1, $2)
+    ORDER BY d.expiry_floor_us, d.expiry_submicro_ns, d.lease_id
+    LIMIT $3
+) AS l
+JOIN tollgate_accounts AS a ON a.account_id = l.account_id
+ORDER BY h.first, l.expiry_floor_us, l.expiry_submicro_ns, l.lease_id
+LIMIT $3"
 );
 
-/// `READ_DUE_SQL` without the accounts, locking the leases it returns and
-/// skipping those another transaction holds.
+/// Locks, skipping those another transaction holds, the leases $2 of the
+/// accounts $1 (pairwise) that are still active and due at ($3, $4), in
+/// account and then lease order: the locking reclaim pass's leases, chosen
+/// by `READ_DUE_SQL`.
 pub(super) const LOCK_DUE_SQL: &str = concat!(
     "SELECT ",
     lease_columns!(),
-    " FROM tollgate_leases l WHERE l.state = 'active' \
-     AND (l.expiry_floor_us, l.expiry_submicro_ns) <= ($1, $2) \
-     ORDER BY l.expiry_floor_us, l.expiry_submicro_ns, l.lease_id \
-     LIMIT $3 FOR UPDATE SKIP LOCKED"
+    " FROM tollgate_leases l \
+     JOIN unnest($1::text[], $2::text[]) AS u(account_id, lease_id) \
+       ON l.account_id = u.account_id AND l.lease_id = u.lease_id \
+     WHERE l.account_id = ANY($1) AND l.state = 'active' \
+       AND (l.expiry_floor_us, l.expiry_submicro_ns) <= ($3, $4) \
+     ORDER BY l.account_id, l.lease_id \
+     FOR UPDATE OF l SKIP LOCKED"
 );
 
 // -------------------------------------------------------------- credentials

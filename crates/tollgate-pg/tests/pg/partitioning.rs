@@ -38,8 +38,10 @@ const INT2: (&str, &str) = ("int2", "0");
 
 const CONTROL: &str = "transaction control; touches no table";
 const CHECK: &str = "the operator's check reads every account, page by page, in one snapshot";
-const RECLAIM_SCAN: &str = "the reclaim worker finds due leases of every account in expiry order; \
-     what it settles is then grouped by account (SETTLE_IF_UNCHANGED_SQL, PERSIST_SQL)";
+const RECLAIM_SCAN: &str = "the reclaim worker finds the most overdue leases of every account, in expiry \
+     order, and then reads each of their accounts' due leases by account (ReclaimPass::accounts); what \
+     it settles is locked and written grouped by account (LOCK_DUE_SQL, SETTLE_IF_UNCHANGED_SQL, \
+     PERSIST_SQL)";
 const SETTINGS: &str = "tollgate_settings, migrations and the clock are global (a reference table)";
 const PURGE: &str = "the worker purges expired idempotency records of every account, in bounded batches";
 const LEGACY_KEYS: &str = "a key issued before keys named their account is looked up by its hash in \
@@ -79,7 +81,7 @@ fn classification() -> BTreeMap<&'static str, Class> {
         ("READ_HELD_LEASE_SQL", Single { params: &[ACCOUNT, LEASE] }),
         ("LOCK_HELD_LEASE_SQL", Single { params: &[ACCOUNT, LEASE] }),
         ("READ_DUE_SQL", Global { why: RECLAIM_SCAN }),
-        ("LOCK_DUE_SQL", Global { why: RECLAIM_SCAN }),
+        ("LOCK_DUE_SQL", Batch { account_filters: &[("tollgate_leases", "l.account_id = ANY($1)")] }),
         ("CREDENTIAL_BY_KEY_SQL", Single { params: &[ACCOUNT, HASH] }),
         ("LEGACY_KEY_ACCOUNT_SQL", Global { why: LEGACY_KEYS }),
         ("READ_CREDENTIAL_SQL", Single { params: &[ACCOUNT, CREDENTIAL] }),

@@ -1,0 +1,80 @@
+//! The memory store's reclaim pass.
+
+use jiff::Timestamp;
+use tollgate_core::ledger;
+use tollgate_core::{Error, GrantPolicy, Lease, ReclaimPass};
+
+use super::journal::ReclaimTouched;
+use super::lease_ids::LeaseKey;
+use super::{DOMAIN, State, orphan, skip};
+use crate::model::{ReclaimReport, ReclaimedLease, SkippedLease, reclaim_read_max};
+
+impl State {
+    /// Settles the due leases of one pass (`due_leases`), in account order,
+    /// with one journal entry per account.
+    pub(super) fn reclaim(
+        &mut self,
+        now: Timestamp,
+        cutoff: Timestamp,
+        limit: u32,
+        policy: &GrantPolicy,
+    ) -> Result<ReclaimReport, Error> {
+        let (mut due, mut skipped) = self.due_leases(cutoff, limit);
+        due.sort_by(|a, b| (&a.account_id, &a.lease_id).cmp(&(&b.account_id, &b.lease_id)));
+        let mut reclaimed = Vec::with_capacity(due.len());
+        let mut touched = ReclaimTouched::default();
+        for mut lease in due {
+            let mut account = self.account(&lease.account_id).map_err(|_| orphan(&lease))?.clone();
+            let before = account.clone();
+            match ledger::reclaim(&mut account, &mut lease, now, policy, DOMAIN) {
+                Ok(Some(settlement)) => {
+                    reclaimed.push(ReclaimedLease {
+                        lease_id: lease.lease_id.clone(),
+                        account_id: lease.account_id.clone(),
+                        settlement,
+                    });
+                    touched.settled(&before, &lease.lease_id);
+                    self.accounts.insert(account.account_id.clone(), account);
+                    self.store_settled(lease);
+                }
+                Ok(None) => {}
+                Err(error) => skipped.push(skip(&lease, &error)),
+            }
+        }
+        self.journal_reclaim(touched, now);
+        Ok(ReclaimReport { reclaimed, skipped, limit })
+    }
+
+    /// The due leases a reclaim pass settles (`ReclaimPass::accounts`): the
+    /// accounts of the most overdue leases, each with its due leases in
+    /// expiry order, up to `limit`; and the most overdue leases whose account
+    /// is gone, skipped.
+    fn due_leases(&self, cutoff: Timestamp, limit: u32) -> (Vec<Lease>, Vec<SkippedLease>) {
+        let mut skipped = Vec::new();
+        let mut heads = Vec::new();
+        let most_overdue = self.active_by_expiry.iter().take_while(|(expiry, _)| *expiry <= cutoff);
+        for &(_, key) in most_overdue.take(reclaim_read_max(limit) as usize) {
+            let Some(record) = self.leases.get(&key) else { continue };
+            if self.accounts.contains_key(&self.account_ids[record.account as usize]) {
+                heads.push(record.account);
+            } else {
+                let lease = self.lease_of(key, record);
+                skipped.push(skip(&lease, &orphan(&lease)));
+            }
+        }
+        let mut due = Vec::with_capacity(limit as usize);
+        for account in ReclaimPass::accounts(heads) {
+            let account_due =
+                self.active_by_account.range((account, Timestamp::MIN, 0)..=(account, cutoff, LeaseKey::MAX));
+            for &(_, _, key) in account_due.take(limit as usize - due.len()) {
+                if let Some(record) = self.leases.get(&key) {
+                    due.push(self.lease_of(key, record));
+                }
+            }
+            if due.len() == limit as usize {
+                break;
+            }
+        }
+        (due, skipped)
+    }
+}
