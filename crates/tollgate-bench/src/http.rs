@@ -61,9 +61,12 @@ pub async fn baseline_server(listen: SocketAddr) -> anyhow::Result<()> {
 pub struct LoadConfig {
     pub address: SocketAddr,
     pub connections: usize,
+    /// Accounts `http-0 … http-(accounts-1)`; connection `i` cycles through
+    /// `http-i`, `http-(i + connections)`, … (at least one per connection).
+    pub accounts: usize,
     pub duration: Duration,
     pub gateway_token: String,
-    /// When set, accounts `http-0 … http-N` are created and credited first
+    /// When set, the accounts are created and credited first
     /// through the admin routes (an existing account is fine).
     pub admin_token: Option<String>,
 }
@@ -110,7 +113,7 @@ async fn post_json(sender: &mut Sender, token: &str, path: &str, body: String) -
 
 async fn create_accounts(config: &LoadConfig, admin_token: &str) -> anyhow::Result<()> {
     let mut sender = open(config.address).await?;
-    for index in 0..config.connections {
+    for index in 0..config.accounts.max(config.connections) {
         let account = format!("http-{index}");
         let (status, body) =
             post_json(&mut sender, admin_token, "/v1/accounts", format!(r#"{{"account_id":"{account}"}}"#)).await?;
@@ -137,17 +140,22 @@ pub async fn load(config: LoadConfig) -> anyhow::Result<LoadReport> {
     let start = Instant::now();
     let deadline = start + config.duration;
     let mut workers = Vec::new();
+    let accounts = config.accounts.max(config.connections);
     for index in 0..config.connections {
         let mut sender = open(config.address).await?;
         let token = config.gateway_token.clone();
         let acquire_body = acquire_request_body()?;
+        let acquire_paths: Vec<String> =
+            (index..accounts).step_by(config.connections).map(|a| format!("/v1/accounts/http-{a}/leases")).collect();
         workers.push(tokio::spawn(async move {
             // Bounded by the duration: at most one entry per request sent.
             let mut latencies_us: Vec<u32> = Vec::with_capacity(1 << 16);
-            let acquire_path = format!("/v1/accounts/http-{index}/leases");
-            while Instant::now() < deadline {
+            for acquire_path in acquire_paths.iter().cycle() {
+                if Instant::now() >= deadline {
+                    break;
+                }
                 let sent = Instant::now();
-                let (status, body) = post_json(&mut sender, &token, &acquire_path, acquire_body.clone()).await?;
+                let (status, body) = post_json(&mut sender, &token, acquire_path, acquire_body.clone()).await?;
                 latencies_us.push(sent.elapsed().as_micros() as u32);
                 if status != 201 {
                     bail!("acquire: {status} {}", String::from_utf8_lossy(&body));

@@ -93,6 +93,10 @@ enum Command {
         address: SocketAddr,
         #[arg(long, default_value_t = 64)]
         connections: usize,
+        /// Accounts `http-0 … http-(N-1)` the connections cycle through, each
+        /// connection over its own share; one per connection when absent.
+        #[arg(long)]
+        accounts: Option<usize>,
         #[arg(long, default_value_t = 5.0)]
         seconds: f64,
         #[arg(long, env = "TOLLGATE_GATEWAY_TOKEN", hide_env_values = true)]
@@ -144,10 +148,11 @@ async fn run(command: Command) -> anyhow::Result<()> {
             println!("{}", pg::reclaim(&database_url, side, batch, &seed_sql, &baseline_sql).await?.line());
         }
         Command::BaselineServer { listen } => http::baseline_server(listen).await?,
-        Command::HttpLoad { address, connections, seconds, gateway_token, admin_token } => {
+        Command::HttpLoad { address, connections, accounts, seconds, gateway_token, admin_token } => {
             let config = http::LoadConfig {
                 address,
                 connections,
+                accounts: accounts.unwrap_or(connections),
                 duration: Duration::from_secs_f64(seconds),
                 gateway_token,
                 admin_token,

@@ -30,6 +30,9 @@ pub struct ReportArgs {
     /// Peak RSS of the baseline server, in KiB.
     #[arg(long)]
     baseline_hwm_kb: Option<u64>,
+    /// Peak RSS of `tollgate serve` on PostgreSQL after its HTTP rounds, in KiB.
+    #[arg(long)]
+    pg_server_hwm_kb: Option<u64>,
     /// How the results were produced, quoted in the header.
     #[arg(long)]
     command: String,
@@ -111,6 +114,14 @@ const PAIRS: &[Pair] = &[
         tollgate: "`tollgate serve` (memory), acquire + release, 64 keep-alive connections",
         baseline: "axum handler parsing the same JSON, constant answer",
     },
+    Pair {
+        key: "http_pg",
+        path: "HTTP on PostgreSQL",
+        unit: "requests/s",
+        target: 0.60,
+        tollgate: "`tollgate serve --database-url` (16 database connections), acquire + release, 64 keep-alive connections, 1000 accounts",
+        baseline: "`pgbench -M prepared -c 16 -j 1`, `bench/sql/lease_cycle.sql`, each cycle's two statements counted as two requests",
+    },
 ];
 
 #[derive(Default)]
@@ -179,7 +190,7 @@ pub fn write(args: ReportArgs) -> anyhow::Result<()> {
 
     let mut out = String::new();
     write_ratios(&mut out, &args.command, &sides)?;
-    write_http(&mut out, &sides, args.server_hwm_kb, args.baseline_hwm_kb)?;
+    write_http(&mut out, &sides, [args.server_hwm_kb, args.baseline_hwm_kb, args.pg_server_hwm_kb])?;
     write_memory(&mut out, &memory)?;
     if let Some(path) = &args.analysis
         && let Ok(text) = std::fs::read_to_string(path)
@@ -262,36 +273,26 @@ fn write_ratio_row(out: &mut String, pair: &Pair, tollgate: &Side, baseline: &Si
     Ok(())
 }
 
-/// HTTP latency of both servers and their peak memory.
-fn write_http(
-    out: &mut String,
-    sides: &Sides,
-    server_hwm_kb: Option<u64>,
-    baseline_hwm_kb: Option<u64>,
-) -> anyhow::Result<()> {
+/// HTTP latency of the servers and their peak memory: `hwm_kb` is that of
+/// `tollgate serve` on memory, of the axum baseline and of `tollgate serve` on
+/// PostgreSQL.
+fn write_http(out: &mut String, sides: &Sides, hwm_kb: [Option<u64>; 3]) -> anyhow::Result<()> {
     let empty = Side::default();
-    let http_t = side(sides, "http", "tollgate").unwrap_or(&empty);
-    let http_b = side(sides, "http", "baseline").unwrap_or(&empty);
+    let servers = [
+        ("`tollgate serve` (memory)", side(sides, "http", "tollgate")),
+        ("axum baseline", side(sides, "http", "baseline")),
+        ("`tollgate serve` (PostgreSQL)", side(sides, "http_pg", "tollgate")),
+    ];
     let latency = |values: &[f64]| median(values).map_or("–".to_owned(), |m| format!("{m:.0} µs"));
+    let hwm = |kb: Option<u64>| kb.map_or("–".to_owned(), |kb| format!("{:.1} MiB", kb as f64 / 1024.0));
     writeln!(out, "\n## HTTP latency and server memory\n")?;
     writeln!(out, "Per request, medians over the rounds; 64 connections, each running acquire then release.\n")?;
     writeln!(out, "| server | p50 | p99 | peak RSS (VmHWM) |")?;
     writeln!(out, "|---|---|---|---|")?;
-    let hwm = |kb: Option<u64>| kb.map_or("–".to_owned(), |kb| format!("{:.1} MiB", kb as f64 / 1024.0));
-    writeln!(
-        out,
-        "| `tollgate serve` (memory) | {} | {} | {} |",
-        latency(&http_t.p50_us),
-        latency(&http_t.p99_us),
-        hwm(server_hwm_kb)
-    )?;
-    writeln!(
-        out,
-        "| axum baseline | {} | {} | {} |",
-        latency(&http_b.p50_us),
-        latency(&http_b.p99_us),
-        hwm(baseline_hwm_kb)
-    )?;
+    for ((name, side), kb) in servers.into_iter().zip(hwm_kb) {
+        let side = side.unwrap_or(&empty);
+        writeln!(out, "| {name} | {} | {} | {} |", latency(&side.p50_us), latency(&side.p99_us), hwm(kb))?;
+    }
     Ok(())
 }
 

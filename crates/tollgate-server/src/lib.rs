@@ -150,7 +150,7 @@ impl AppState {
     }
 
     pub fn with_limits(store: Arc<dyn Store>, clock: Arc<dyn Clock>, tokens: OperatorTokens, limits: Limits) -> Self {
-        let metrics = Metrics::new(clock.now());
+        let metrics = Metrics::new(clock.now()).with_store(store.clone());
         let clock_guard = clock_check::ClockGuard::default();
         Self { inner: Arc::new(Inner { store, clock, tokens, metrics, limits, clock_guard }) }
     }

@@ -22,12 +22,14 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
     DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, EncodeMetric, LabelValueEncoder,
 };
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tollgate_core::{EventOutcome, IngestError, Outcome};
+use tollgate_store::{Store, UnlockedCounts, UnlockedOperation};
 
 use crate::clock_check::ClockStatus;
 
@@ -259,6 +261,13 @@ impl Metrics {
         }
     }
 
+    /// Adds the store's unlocked-path counts (`Store::unlocked_counts`), read
+    /// at each scrape.
+    pub fn with_store(mut self, store: Arc<dyn Store>) -> Self {
+        self.registry.register_collector(Box::new(UnlockedCollector { store }));
+        self
+    }
+
     /// Records one finished request. `route` must be a route template (or a
     /// fixed placeholder), never the request path.
     pub fn observe_request(&self, method: HttpMethod, route: &str, status: u16, elapsed: Duration) {
@@ -351,6 +360,54 @@ impl Collector for ClockGauges {
         let skewed = ConstGauge::new(i64::from(status.skewed()));
         let help = "1 while the offset is beyond the bound and the server does not serve.";
         skewed.encode(encoder.encode_descriptor("tollgate_clock_skewed", help, None, skewed.metric_type())?)
+    }
+}
+
+/// The store's unlocked-path counts by operation: how often a write found its
+/// rows changed (a server's remembered rows go stale when another server
+/// writes the account) and how often an operation fell back to the locking
+/// path.
+struct UnlockedCollector {
+    store: Arc<dyn Store>,
+}
+
+impl std::fmt::Debug for UnlockedCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UnlockedCollector")
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct OperationLabels {
+    operation: &'static str,
+}
+
+type UnlockedCount = fn(&UnlockedCounts, UnlockedOperation) -> u64;
+
+impl Collector for UnlockedCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
+        let counts = self.store.unlocked_counts();
+        let series: [(&str, &str, UnlockedCount); 2] = [
+            (
+                "tollgate_store_stale_writes",
+                "Unlocked writes that found their rows changed since the view decided on and wrote nothing \
+                 (each one more round trip), by operation.",
+                UnlockedCounts::stale_writes,
+            ),
+            (
+                "tollgate_store_fallbacks",
+                "Operations that left the unlocked path for the locking one, by operation.",
+                UnlockedCounts::fallbacks,
+            ),
+        ];
+        for (name, help, count) in series {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for operation in UnlockedOperation::ALL {
+                let labels = OperationLabels { operation: operation.as_str() };
+                ConstCounter::new(count(&counts, operation)).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -19,7 +19,7 @@ pub use memory::MemoryStore;
 pub use model::{
     AccountView, CheckReport, Consolidated, CreditReceipt, GuardViolation, IssuedCredential, IssuedLease,
     JournalMismatch, JournalPage, LeaseHandle, LegacyBoundCount, MigrationStatus, ReclaimReport, ReclaimedLease,
-    Released, SkippedLease, StorageStatus, Verification, reclaim_read_max,
+    Released, SkippedLease, StorageStatus, UnlockedCounts, UnlockedOperation, Verification, reclaim_read_max,
 };
 pub use secrets::{new_capability, new_credential_id, new_credential_key, new_lease_id};
 
@@ -45,6 +45,12 @@ pub trait UsageSink: Send + Sync {
 pub trait Store: UsageSink {
     fn policy(&self) -> &GrantPolicy;
     fn unit_domain(&self) -> UnitDomain;
+
+    /// How often the store's unlocked path gave way since it started; all
+    /// zero for a store without one.
+    fn unlocked_counts(&self) -> UnlockedCounts {
+        UnlockedCounts::default()
+    }
 
     async fn create_account(&self, account_id: &str) -> Result<AccountView, Error>;
     /// Idempotent on `credit_id`: a replay with the same units returns the account

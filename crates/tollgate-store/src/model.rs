@@ -198,6 +198,63 @@ impl CheckReport {
     }
 }
 
+/// An operation a store may first try on an unlocked path (deciding on a
+/// view of its rows and writing only if they still hold it), falling back to
+/// a locking one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UnlockedOperation {
+    Acquire,
+    Release,
+    Reclaim,
+}
+
+impl UnlockedOperation {
+    pub const ALL: [UnlockedOperation; 3] =
+        [UnlockedOperation::Acquire, UnlockedOperation::Release, UnlockedOperation::Reclaim];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UnlockedOperation::Acquire => "acquire",
+            UnlockedOperation::Release => "release",
+            UnlockedOperation::Reclaim => "reclaim",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// How often a store's unlocked path gave way since it started, by
+/// operation; all zero for a store without one (`MemoryStore`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UnlockedCounts {
+    /// Unlocked writes that found their rows changed since the view the core
+    /// decided on, and wrote nothing: each costs one more round trip. A
+    /// server's remembered rows go stale this way when another server writes
+    /// the account.
+    stale_writes: [u64; 3],
+    /// Operations that left the unlocked path for the locking one.
+    fallbacks: [u64; 3],
+}
+
+impl UnlockedCounts {
+    pub fn new(stale_writes: impl Fn(UnlockedOperation) -> u64, fallbacks: impl Fn(UnlockedOperation) -> u64) -> Self {
+        Self {
+            stale_writes: UnlockedOperation::ALL.map(&stale_writes),
+            fallbacks: UnlockedOperation::ALL.map(&fallbacks),
+        }
+    }
+
+    pub fn stale_writes(&self, operation: UnlockedOperation) -> u64 {
+        self.stale_writes[operation.index()]
+    }
+
+    pub fn fallbacks(&self, operation: UnlockedOperation) -> u64 {
+        self.fallbacks[operation.index()]
+    }
+}
+
 /// Where a store keeps its state and whether its schema is current.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StorageStatus {

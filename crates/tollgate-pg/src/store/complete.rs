@@ -27,7 +27,7 @@ use tollgate_core::{
 };
 use tollgate_store::{
     AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, JournalPage,
-    LeaseHandle, ReclaimReport, Released, StorageStatus, Store, UsageSink, Verification,
+    LeaseHandle, ReclaimReport, Released, StorageStatus, Store, UnlockedCounts, UsageSink, Verification,
 };
 
 use super::{Engine, PostgresStore};
@@ -127,6 +127,10 @@ impl Store for PostgresStore {
 
     fn unit_domain(&self) -> UnitDomain {
         self.engine.unit_domain()
+    }
+
+    fn unlocked_counts(&self) -> UnlockedCounts {
+        self.engine.unlocked_counts()
     }
 
     async fn create_account(&self, account_id: &str) -> Result<AccountView, Error> {

@@ -1,9 +1,11 @@
 //! The rows this server last wrote, which the unlocked path decides on first.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use tollgate_core::{Account, Lease, SecretHash};
+use tollgate_store::{UnlockedCounts, UnlockedOperation};
 
 use super::rows::LeaseRecord;
 
@@ -22,6 +24,10 @@ const GUESSES_MAX: usize = 65_536;
 pub(super) struct Guesses {
     accounts: Mutex<HashMap<String, Account>>,
     leases: Mutex<HashMap<String, (Lease, SecretHash)>>,
+    /// Unlocked writes that wrote nothing, and fallbacks to the locking
+    /// path, by `UnlockedOperation` (`Store::unlocked_counts`).
+    stale_writes: [AtomicU64; 3],
+    fallbacks: [AtomicU64; 3],
     /// What tests inspect and drive (feature `testing`).
     #[cfg(feature = "testing")]
     probe: Probe,
@@ -33,7 +39,7 @@ pub(super) struct Guesses {
 #[cfg(feature = "testing")]
 #[derive(Default)]
 struct Probe {
-    unwritten: std::sync::atomic::AtomicU64,
+    unwritten: AtomicU64,
     release_pause: Mutex<Option<std::sync::Arc<ReleasePause>>>,
 }
 
@@ -86,9 +92,22 @@ impl Guesses {
     }
 
     /// Counts a write that found its rows changed and wrote nothing.
-    pub(super) fn count_unwritten(&self) {
+    pub(super) fn count_unwritten(&self, operation: UnlockedOperation) {
+        self.stale_writes[operation as usize].fetch_add(1, Ordering::Relaxed);
         #[cfg(feature = "testing")]
-        self.probe.unwritten.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.probe.unwritten.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts an operation that left the unlocked path for the locking one.
+    pub(super) fn count_fallback(&self, operation: UnlockedOperation) {
+        self.fallbacks[operation as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn counts(&self) -> UnlockedCounts {
+        fn load(counts: &[AtomicU64; 3]) -> impl Fn(UnlockedOperation) -> u64 + '_ {
+            |operation| counts[operation as usize].load(Ordering::Relaxed)
+        }
+        UnlockedCounts::new(load(&self.stale_writes), load(&self.fallbacks))
     }
 
     #[cfg(feature = "testing")]
@@ -117,7 +136,7 @@ impl super::PostgresStore {
 
     /// Unlocked writes so far that found their rows changed and wrote nothing.
     pub fn unwritten_writes(&self) -> u64 {
-        self.engine.guesses.probe.unwritten.load(std::sync::atomic::Ordering::Relaxed)
+        self.engine.guesses.probe.unwritten.load(Ordering::Relaxed)
     }
 
     /// Holds the next release that reads its rows (rather than deciding on

@@ -64,7 +64,8 @@ use tollgate_core::{
 };
 use tollgate_store::{
     AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, JournalPage,
-    LeaseHandle, ReclaimReport, Released, Request, StorageStatus, Store, UsageSink, Verification,
+    LeaseHandle, ReclaimReport, Released, Request, StorageStatus, Store, UnlockedCounts, UnlockedOperation, UsageSink,
+    Verification,
 };
 
 pub use connect::{ConnectError, PgStoreConfig, connect_pool};
@@ -215,6 +216,10 @@ impl Store for Engine {
         DOMAIN
     }
 
+    fn unlocked_counts(&self) -> UnlockedCounts {
+        self.guesses.counts()
+    }
+
     async fn create_account(&self, account_id: &str) -> Result<AccountView, Error> {
         self.create(account_id).await
     }
@@ -246,6 +251,7 @@ impl Store for Engine {
         if let Attempt::Done(issued) = self.acquire_unlocked(account_id, units, ttl, now).await? {
             return Ok(issued);
         }
+        self.guesses.count_fallback(UnlockedOperation::Acquire);
         let mut tx = self.begin().await?;
         let result = self.acquire_locked(&mut tx, account_id, units, ttl, now).await;
         finish(tx, result).await
@@ -271,6 +277,7 @@ impl Store for Engine {
         if let Attempt::Done(released) = self.release_unlocked(account_id, lease_id, capability, now).await? {
             return Ok(released);
         }
+        self.guesses.count_fallback(UnlockedOperation::Release);
         let mut tx = self.begin().await?;
         let result = operation(&mut tx).await;
         finish(tx, result).await
@@ -305,6 +312,7 @@ impl Store for Engine {
         if let Attempt::Done(report) = self.reclaim_unlocked(now, cutoff, limit).await? {
             return Ok(report);
         }
+        self.guesses.count_fallback(UnlockedOperation::Reclaim);
         let mut tx = self.begin().await?;
         let result = self.reclaim_locking(&mut tx, now, cutoff, limit).await;
         finish(tx, result).await

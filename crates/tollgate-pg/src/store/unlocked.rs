@@ -59,7 +59,9 @@ use sqlx::PgConnection;
 use tollgate_core::journal::EntryKind;
 use tollgate_core::ledger::{self, LeaseState};
 use tollgate_core::{Account, COUNTERS, Change, EntryIds, Error, InstantPair, Lease};
-use tollgate_store::{IssuedLease, ReclaimReport, ReclaimedLease, Released, SkippedLease, reclaim_read_max};
+use tollgate_store::{
+    IssuedLease, ReclaimReport, ReclaimedLease, Released, SkippedLease, UnlockedOperation, reclaim_read_max,
+};
 
 use super::errors::{corrupt, db_i64, db_i64_delta, out_of_range, storage_error};
 use super::load::{held, load_account, load_held};
@@ -233,7 +235,7 @@ impl Engine {
                 self.guesses.remember_lease(lease, capability);
                 return Ok(Attempt::Done(issued));
             }
-            self.guesses.count_unwritten();
+            self.guesses.count_unwritten(UnlockedOperation::Acquire);
             writes += 1;
             if writes == WRITES_MAX {
                 self.guesses.forget(account_id, None);
@@ -297,7 +299,7 @@ impl Engine {
                 }
                 return Ok(Attempt::Done(Released { lease, settlement }));
             }
-            self.guesses.count_unwritten();
+            self.guesses.count_unwritten(UnlockedOperation::Release);
             writes += 1;
             if writes == WRITES_MAX {
                 self.guesses.forget(&lease_before.account_id, Some(lease_id));

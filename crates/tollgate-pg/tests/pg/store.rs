@@ -12,7 +12,7 @@ use tollgate_core::{
 use tollgate_pg::migrations::{latest_version, versions_from};
 use tollgate_pg::testing::TestDb;
 use tollgate_pg::{ConnectError, MigrationError, PostgresStore};
-use tollgate_store::{IssuedLease, LeaseHandle, LegacyBoundCount, Store, UsageSink};
+use tollgate_store::{IssuedLease, LeaseHandle, LegacyBoundCount, Store, UnlockedCounts, UnlockedOperation, UsageSink};
 
 use crate::fixtures;
 
@@ -871,6 +871,29 @@ async fn a_release_write_postgres_refuses_for_its_ranges_falls_back_to_the_cores
     assert_eq!(released.map(|r| r.settlement), Err(Error::CounterOverflow { counter: "available" }));
     assert_eq!(one.account("acct").await.unwrap(), before);
     assert_eq!(lease_state(&one, &lease.lease).await, LeaseState::Active);
+    assert_eq!(one.unlocked_counts().fallbacks(UnlockedOperation::Release), 1, "counted as a fallback");
+}
+
+/// The unlocked path's counts (`Store::unlocked_counts`, which the server
+/// exposes as `tollgate_store_stale_writes_total` and
+/// `tollgate_store_fallbacks_total`): a write from a remembered row that
+/// another server has changed since counts one stale write, and the
+/// operation then succeeds on the unlocked path without falling back.
+#[tokio::test]
+async fn a_write_from_a_stale_remembered_row_counts_one_stale_write() {
+    let (one, two) = two_servers(2).await;
+    funded(&*one, "acct", 100).await;
+    let hour = nanos(3_600_000_000_000);
+    one.acquire("acct", 1, hour, ts(T0)).await.unwrap();
+    two.acquire("acct", 1, hour, ts(T0)).await.unwrap();
+    assert_eq!(one.unlocked_counts(), UnlockedCounts::default());
+
+    let third = one.acquire("acct", 1, hour, ts(T0)).await.unwrap();
+    assert_eq!(third.lease.fencing_token, 3, "decided on the committed row");
+    let counts = one.unlocked_counts();
+    assert_eq!(UnlockedOperation::ALL.map(|op| counts.stale_writes(op)), [1, 0, 0]);
+    assert_eq!(UnlockedOperation::ALL.map(|op| counts.fallbacks(op)), [0, 0, 0]);
+    assert_eq!(two.unlocked_counts(), UnlockedCounts::default());
 }
 
 /// Every store connection plans generically (its settings come in the

@@ -11,6 +11,7 @@ mod journal;
 mod listings;
 mod openapi;
 mod scoped;
+mod store_metrics;
 mod support;
 mod usage_queries;
 mod worker;
