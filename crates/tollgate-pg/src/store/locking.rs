@@ -12,15 +12,15 @@ use tollgate_core::ledger;
 use tollgate_core::{Account, Change, EntryIds, Error, InstantPair, Lease};
 use tollgate_store::{
     Consolidated, IssuedLease, LeaseHandle, ReclaimReport, ReclaimedLease, Released, SkippedLease, new_capability,
-    new_lease_id, reclaim_read_max,
+    new_lease_id,
 };
 
 use super::errors::storage_error;
 use super::load::{Busy, held, load_held, lock_account, lock_account_leases, lock_account_rows, sorted_ids};
 use super::persist::{Changes, persist};
-use super::rows::{HeldLeaseRow, LeaseRow};
-use super::sql::{LOCK_DUE_SQL, LOCK_HELD_LEASE_SQL, READ_DUE_SQL};
-use super::unlocked::{due_leases, skip};
+use super::rows::LeaseRow;
+use super::sql::{LOCK_DUE_SQL, LOCK_HELD_LEASE_SQL};
+use super::unlocked::{read_due, skip};
 use super::{DOMAIN, Engine};
 
 impl Engine {
@@ -170,7 +170,7 @@ fn reclaim_changes(before: &BTreeMap<String, Account>, after: &[Account], settle
 
 /// Locks the leases of one pass, skipping those another transaction holds:
 /// up to `limit` due leases in the order of `ReclaimPass::accounts`, chosen
-/// by `READ_DUE_SQL` and then locked, still due and active, by
+/// by `read_due` and then locked, still due and active, by
 /// `LOCK_DUE_SQL`; decoded, in account order. A lease whose row, or whose
 /// account's row, does not decode is skipped.
 async fn lock_due(
@@ -178,14 +178,7 @@ async fn lock_due(
     cutoff: InstantPair,
     limit: u32,
 ) -> Result<(Vec<Lease>, Vec<SkippedLease>), Error> {
-    let rows: Vec<HeldLeaseRow> = sqlx::query_as(READ_DUE_SQL)
-        .bind(cutoff.floor_us)
-        .bind(cutoff.submicro_ns)
-        .bind(i64::from(reclaim_read_max(limit)))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(storage_error)?;
-    let (chosen, mut skipped) = due_leases(rows.into_iter().map(|row| (row.account, row.lease)), limit);
+    let (chosen, mut skipped) = read_due(tx, cutoff, limit).await?;
     let (accounts, leases): (Vec<String>, Vec<String>) =
         chosen.leases.iter().map(|l| (l.account_id.clone(), l.lease_id.clone())).unzip();
     let rows: Vec<LeaseRow> = sqlx::query_as(LOCK_DUE_SQL)

@@ -322,14 +322,7 @@ impl Engine {
         limit: u32,
     ) -> Result<Attempt<ReclaimReport>, Error> {
         let mut conn = self.pool.acquire().await.map_err(storage_error)?;
-        let rows: Vec<HeldLeaseRow> = sqlx::query_as(READ_DUE_SQL)
-            .bind(cutoff.floor_us)
-            .bind(cutoff.submicro_ns)
-            .bind(i64::from(reclaim_read_max(limit)))
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(storage_error)?;
-        let (mut due, mut skipped) = due_leases(rows.into_iter().map(|row| (row.account, row.lease)), limit);
+        let (mut due, mut skipped) = read_due(&mut conn, cutoff, limit).await?;
         let mut accounts = due.accounts;
         due.leases.sort_by(|a, b| (&a.account_id, &a.lease_id).cmp(&(&b.account_id, &b.lease_id)));
 
@@ -369,6 +362,35 @@ impl Engine {
             self.guesses.forget(&r.account_id, Some(&r.lease_id));
         }
         Ok(Attempt::Done(ReclaimReport { reclaimed, skipped, limit }))
+    }
+}
+
+/// The due leases of one pass (`READ_DUE_SQL`), decoded, with their accounts,
+/// and the leases skipped because a row did not decode. It reads the bound's
+/// worth of rows, and reads again up to twice the bound
+/// (`reclaim_read_max`) only when some of those did not decode, so that
+/// corrupt rows never stop the healthy ones behind them and a pass without
+/// any reads no row it does not settle.
+pub(super) async fn read_due(
+    conn: &mut PgConnection,
+    cutoff: InstantPair,
+    limit: u32,
+) -> Result<(Due, Vec<SkippedLease>), Error> {
+    let mut rows_max = limit;
+    loop {
+        let rows: Vec<HeldLeaseRow> = sqlx::query_as(READ_DUE_SQL)
+            .bind(cutoff.floor_us)
+            .bind(cutoff.submicro_ns)
+            .bind(i64::from(rows_max))
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(storage_error)?;
+        let complete = rows.len() < rows_max as usize || rows_max == reclaim_read_max(limit);
+        let (due, skipped) = due_leases(rows.into_iter().map(|row| (row.account, row.lease)), limit);
+        if skipped.is_empty() || complete {
+            return Ok((due, skipped));
+        }
+        rows_max = reclaim_read_max(limit);
     }
 }
 
