@@ -59,10 +59,14 @@ pub async fn baseline_server(listen: SocketAddr) -> anyhow::Result<()> {
 
 /// Load generator settings.
 pub struct LoadConfig {
-    pub address: SocketAddr,
+    /// The servers; connection `i` goes to the `i mod n`-th of `n`.
+    pub addresses: Vec<SocketAddr>,
     pub connections: usize,
-    /// Accounts `http-0 … http-(accounts-1)`; connection `i` cycles through
-    /// `http-i`, `http-(i + connections)`, … (at least one per connection).
+    /// Accounts `http-0 … http-(accounts-1)`. The connections form
+    /// `connections / n` slots (connection `i` is in slot `i / n`), and the
+    /// connections of slot `s`, one per server, all cycle through `http-s`,
+    /// `http-(s + slots)`, …: with one server each connection has accounts of
+    /// its own, with several the servers write the same accounts.
     pub accounts: usize,
     pub duration: Duration,
     pub gateway_token: String,
@@ -112,7 +116,7 @@ async fn post_json(sender: &mut Sender, token: &str, path: &str, body: String) -
 }
 
 async fn create_accounts(config: &LoadConfig, admin_token: &str) -> anyhow::Result<()> {
-    let mut sender = open(config.address).await?;
+    let mut sender = open(config.addresses[0]).await?;
     for index in 0..config.accounts.max(config.connections) {
         let account = format!("http-{index}");
         let (status, body) =
@@ -134,19 +138,26 @@ async fn create_accounts(config: &LoadConfig, admin_token: &str) -> anyhow::Resu
 /// Runs acquire + release cycles on every connection until the duration is up.
 /// Every request counts, and each request's latency is recorded.
 pub async fn load(config: LoadConfig) -> anyhow::Result<LoadReport> {
+    if config.addresses.is_empty() {
+        bail!("the load generator needs at least one server address");
+    }
     if let Some(admin_token) = &config.admin_token {
         create_accounts(&config, admin_token).await?;
     }
     let start = Instant::now();
     let deadline = start + config.duration;
     let mut workers = Vec::new();
-    let accounts = config.accounts.max(config.connections);
+    let servers = config.addresses.len();
+    let slots = (config.connections / servers).max(1);
+    let accounts = config.accounts.max(slots);
     for index in 0..config.connections {
-        let mut sender = open(config.address).await?;
+        let mut sender = open(config.addresses[index % servers]).await?;
         let token = config.gateway_token.clone();
         let acquire_body = acquire_request_body()?;
-        let acquire_paths: Vec<String> =
-            (index..accounts).step_by(config.connections).map(|a| format!("/v1/accounts/http-{a}/leases")).collect();
+        let acquire_paths: Vec<String> = (index / servers % slots..accounts)
+            .step_by(slots)
+            .map(|a| format!("/v1/accounts/http-{a}/leases"))
+            .collect();
         workers.push(tokio::spawn(async move {
             // Bounded by the duration: at most one entry per request sent.
             let mut latencies_us: Vec<u32> = Vec::with_capacity(1 << 16);

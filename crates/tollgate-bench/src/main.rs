@@ -88,9 +88,10 @@ enum Command {
     },
     /// Acquire + release over HTTP/1.1 keep-alive; requests per second.
     HttpLoad {
-        /// A loopback address such as 127.0.0.1:8080.
-        #[arg(long)]
-        address: SocketAddr,
+        /// A loopback address such as 127.0.0.1:8080; repeated, connection
+        /// `i` goes to the `i mod n`-th of the `n` servers.
+        #[arg(long = "address", required = true)]
+        addresses: Vec<SocketAddr>,
         #[arg(long, default_value_t = 64)]
         connections: usize,
         /// Accounts `http-0 … http-(N-1)` the connections cycle through, each
@@ -148,9 +149,9 @@ async fn run(command: Command) -> anyhow::Result<()> {
             println!("{}", pg::reclaim(&database_url, side, batch, &seed_sql, &baseline_sql).await?.line());
         }
         Command::BaselineServer { listen } => http::baseline_server(listen).await?,
-        Command::HttpLoad { address, connections, accounts, seconds, gateway_token, admin_token } => {
+        Command::HttpLoad { addresses, connections, accounts, seconds, gateway_token, admin_token } => {
             let config = http::LoadConfig {
-                address,
+                addresses,
                 connections,
                 accounts: accounts.unwrap_or(connections),
                 duration: Duration::from_secs_f64(seconds),

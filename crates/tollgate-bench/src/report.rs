@@ -33,6 +33,10 @@ pub struct ReportArgs {
     /// Peak RSS of `tollgate serve` on PostgreSQL after its HTTP rounds, in KiB.
     #[arg(long)]
     pg_server_hwm_kb: Option<u64>,
+    /// The two-server rounds' stale writes, fallbacks and requests, summed
+    /// over both servers, as three numbers.
+    #[arg(long)]
+    two_servers: Option<String>,
     /// How the results were produced, quoted in the header.
     #[arg(long)]
     command: String,
@@ -122,6 +126,14 @@ const PAIRS: &[Pair] = &[
         tollgate: "`tollgate serve --database-url` (16 database connections), acquire + release, 64 keep-alive connections, 1000 accounts",
         baseline: "`pgbench -M prepared -c 16 -j 1`, `bench/sql/lease_cycle.sql`, each cycle's two statements counted as two requests",
     },
+    Pair {
+        key: "http_pg2",
+        path: "HTTP on PostgreSQL, two servers",
+        unit: "requests/s",
+        target: 0.60,
+        tollgate: "two `tollgate serve --database-url` (16 database connections each) on one database, 64 keep-alive connections split between them, each slot's two connections on the same accounts",
+        baseline: "`pgbench -M prepared -c 32 -j 1`, `bench/sql/lease_cycle.sql`, two requests per cycle",
+    },
 ];
 
 #[derive(Default)]
@@ -191,6 +203,7 @@ pub fn write(args: ReportArgs) -> anyhow::Result<()> {
     let mut out = String::new();
     write_ratios(&mut out, &args.command, &sides)?;
     write_http(&mut out, &sides, [args.server_hwm_kb, args.baseline_hwm_kb, args.pg_server_hwm_kb])?;
+    write_two_servers(&mut out, &sides, args.two_servers.as_deref())?;
     write_memory(&mut out, &memory)?;
     if let Some(path) = &args.analysis
         && let Ok(text) = std::fs::read_to_string(path)
@@ -292,6 +305,35 @@ fn write_http(out: &mut String, sides: &Sides, hwm_kb: [Option<u64>; 3]) -> anyh
     for ((name, side), kb) in servers.into_iter().zip(hwm_kb) {
         let side = side.unwrap_or(&empty);
         writeln!(out, "| {name} | {} | {} | {} |", latency(&side.p50_us), latency(&side.p99_us), hwm(kb))?;
+    }
+    Ok(())
+}
+
+/// The two-server rounds against the one-server ones, and what sharing the
+/// accounts cost the unlocked path.
+fn write_two_servers(out: &mut String, sides: &Sides, counts: Option<&str>) -> anyhow::Result<()> {
+    let rate = |pair: &str| {
+        side(sides, pair, "tollgate").and_then(|side| median(&side.rates.values().copied().collect::<Vec<f64>>()))
+    };
+    let (Some(two), Some(one)) = (rate("http_pg2"), rate("http_pg")) else { return Ok(()) };
+    writeln!(out, "\n## Two servers on one database\n")?;
+    writeln!(
+        out,
+        "Two servers served {two:.0} requests/s together, {:.2} of one server's {one:.0} (medians over the rounds).",
+        two / one
+    )?;
+    let numbers: Vec<u64> = counts.unwrap_or_default().split_whitespace().filter_map(|n| n.parse().ok()).collect();
+    if let [stale, fallbacks, requests] = numbers[..] {
+        let per_thousand = |n: u64| if requests == 0 { 0.0 } else { n as f64 * 1000.0 / requests as f64 };
+        writeln!(
+            out,
+            "Over about {requests} requests, the unlocked path wrote nothing {stale} times (a remembered row the other \
+             server had changed: {:.1} per 1000 requests, each one more round trip) and fell back to the locking path \
+             {fallbacks} times ({:.2} per 1000), from both servers' `tollgate_store_stale_writes_total` and \
+             `tollgate_store_fallbacks_total`.",
+            per_thousand(stale),
+            per_thousand(fallbacks)
+        )?;
     }
     Ok(())
 }
