@@ -52,6 +52,22 @@ enum Command {
         #[arg(long)]
         without_dimensions: bool,
     },
+    /// Usage ingestion end to end: the `pg-ingest` batches through a
+    /// `UsageWriter` over HTTP to a running server on the same database.
+    HttpIngest {
+        #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+        database_url: String,
+        /// The server, a loopback address such as 127.0.0.1:8080.
+        #[arg(long)]
+        address: SocketAddr,
+        #[arg(long, env = "TOLLGATE_GATEWAY_TOKEN", hide_env_values = true)]
+        gateway_token: String,
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Differs between invocations, so request IDs never collide by accident.
+        #[arg(long)]
+        run_tag: String,
+    },
     /// Creates the usage account and its 1 000 000 events over 30 days, and
     /// checks the baseline's statement against the store; prints how long the
     /// insert and the VACUUM ANALYZE took.
@@ -137,6 +153,9 @@ async fn run(command: Command) -> anyhow::Result<()> {
         }
         Command::PgIngest { database_url, seconds, run_tag, without_dimensions } => {
             println!("{}", pg::ingest(&database_url, seconds, &run_tag, !without_dimensions).await?.line());
+        }
+        Command::HttpIngest { database_url, address, gateway_token, seconds, run_tag } => {
+            println!("{}", pg::http_ingest(&database_url, address, &gateway_token, seconds, &run_tag).await?.line());
         }
         Command::PgUsageSetup { database_url, baseline_sql } => {
             let setup = pg::usage_setup(&database_url, &baseline_sql).await?;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use jiff::Timestamp;
+use tollgate_client::{ClientConfig, RecordError, TollgateClient, UsageWriter, WriterConfig};
 use tollgate_pg::{PgStoreConfig, PostgresStore};
 use tollgate_store::{Store, UsageSink};
 
@@ -148,6 +149,56 @@ pub async fn ingest(url: &str, seconds: f64, run_tag: &str, dimensions: bool) ->
     }
     let per_second = events as f64 / start.elapsed().as_secs_f64();
     Ok(Measurement { per_second, round_trips: Some(round_trips) })
+}
+
+/// Usage ingestion end to end: the batches of `ingest`, recorded one event at
+/// a time into a `UsageWriter` that sends them over HTTP, in batches of 1000
+/// (its default), to the server at `address`, which stores them on the
+/// database at `url`. Events per second from the first event recorded until
+/// the writer has delivered the last one; every event must come back
+/// classified (accepted, duplicate or rejected) and none lost.
+pub async fn http_ingest(
+    url: &str,
+    address: std::net::SocketAddr,
+    gateway_token: &str,
+    seconds: f64,
+    run_tag: &str,
+) -> anyhow::Result<Measurement> {
+    let store = connect(url, 2).await?;
+    let mut batches = BatchMaker::new(fundings(&store).await?, run_tag).with_dimensions();
+    let client = TollgateClient::new(ClientConfig::new(format!("http://{address}"), Some(gateway_token)))?;
+    let config = WriterConfig::default();
+    let writer = UsageWriter::over_http(client, config).spawn()?;
+
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let start = Instant::now();
+    let mut events = 0u64;
+    while Instant::now() < deadline {
+        for event in batches.next_batch() {
+            let mut event = event;
+            loop {
+                match writer.record(event) {
+                    Ok(()) => break,
+                    Err(RecordError::QueueFull { event: full, .. }) => {
+                        event = *full;
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                    Err(error) => bail!("recording an event: {error}"),
+                }
+            }
+            events += 1;
+        }
+    }
+    let stats = writer.flush().await.context("the usage writer stopped")?;
+    let elapsed = start.elapsed();
+    let rejected: u64 = stats.rejected.values().map(|tally| tally.events).sum();
+    let lost: u64 = stats.lost.values().map(|tally| tally.events).sum();
+    let classified = stats.accepted.events + stats.duplicate.events + rejected;
+    if lost > 0 || classified != events {
+        bail!("{events} events recorded, {classified} classified, {lost} lost");
+    }
+    writer.shutdown(Duration::from_secs(10)).await.context("the usage writer stopped")?;
+    Ok(Measurement { per_second: events as f64 / elapsed.as_secs_f64(), round_trips: None })
 }
 
 /// Which side of the reclaim pair to run.

@@ -134,6 +134,14 @@ const PAIRS: &[Pair] = &[
         tollgate: "two `tollgate serve --database-url` (16 database connections each) on one database, 64 keep-alive connections split between them, each slot's two connections on the same accounts",
         baseline: "`pgbench -M prepared -c 32 -j 1`, `bench/sql/lease_cycle.sql`, two requests per cycle",
     },
+    Pair {
+        key: "http_ingest",
+        path: "Usage ingestion end to end",
+        unit: "events/s",
+        target: 0.40,
+        tollgate: "`UsageWriter` over HTTP to `tollgate serve` on PostgreSQL, batches of 1000 (the ingestion row's events)",
+        baseline: "`pgbench -M prepared -c 1`, `bench/sql/ingest_batch.sql`",
+    },
 ];
 
 #[derive(Default)]
