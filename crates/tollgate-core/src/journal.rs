@@ -126,12 +126,18 @@ pub fn deltas(before: &Account, after: &Account) -> Deltas {
     std::array::from_fn(|i| i128::from(after[i]) - i128::from(before[i]))
 }
 
+/// The deltas from `before` to `after`, or `None` when no counter changed: an
+/// operation that changes no counter writes no entry.
+pub fn changed(before: &Account, after: &Account) -> Option<Deltas> {
+    Some(deltas(before, after)).filter(|deltas| *deltas != [0; COUNTERS])
+}
+
 impl Change {
     /// The change from `before` to `after` of one account, or `None` when no
-    /// counter changed: such an operation writes no entry.
+    /// counter changed (`changed`).
     pub fn between(kind: EntryKind, before: &Account, after: &Account, ids: EntryIds) -> Option<Self> {
-        let deltas = deltas(before, after);
-        (deltas != [0; COUNTERS]).then(|| Change { account_id: after.account_id.clone(), kind, deltas, ids })
+        let deltas = changed(before, after)?;
+        Some(Change { account_id: after.account_id.clone(), kind, deltas, ids })
     }
 
     /// The entry this change becomes as the account's `seq`-th, at `at`.

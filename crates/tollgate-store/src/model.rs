@@ -220,7 +220,8 @@ impl UnlockedOperation {
         }
     }
 
-    fn index(self) -> usize {
+    /// Its position in `ALL`, for counters kept in an array per operation.
+    pub fn index(self) -> usize {
         self as usize
     }
 }
@@ -233,9 +234,9 @@ pub struct UnlockedCounts {
     /// decided on, and wrote nothing: each costs one more round trip. A
     /// server's remembered rows go stale this way when another server writes
     /// the account.
-    stale_writes: [u64; 3],
+    stale_writes: [u64; UnlockedOperation::ALL.len()],
     /// Operations that left the unlocked path for the locking one.
-    fallbacks: [u64; 3],
+    fallbacks: [u64; UnlockedOperation::ALL.len()],
 }
 
 impl UnlockedCounts {

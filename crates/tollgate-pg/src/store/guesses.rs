@@ -12,6 +12,9 @@ use super::rows::LeaseRecord;
 /// Entries each map of `Guesses` holds; a full map is emptied and refilled.
 const GUESSES_MAX: usize = 65_536;
 
+/// One counter per `UnlockedOperation`, at its `index`.
+type PerOperation = [AtomicU64; UnlockedOperation::ALL.len()];
+
 /// Accounts and active leases as this server last wrote them: the first guess
 /// of the unlocked path, which then writes without reading first. A guess is
 /// never an answer: the write compares it with the row, and one that is stale
@@ -26,8 +29,8 @@ pub(super) struct Guesses {
     leases: Mutex<HashMap<String, (Lease, SecretHash)>>,
     /// Unlocked writes that wrote nothing, and fallbacks to the locking
     /// path, by `UnlockedOperation` (`Store::unlocked_counts`).
-    stale_writes: [AtomicU64; 3],
-    fallbacks: [AtomicU64; 3],
+    stale_writes: PerOperation,
+    fallbacks: PerOperation,
     /// What tests inspect and drive (feature `testing`).
     #[cfg(feature = "testing")]
     probe: Probe,
@@ -93,19 +96,19 @@ impl Guesses {
 
     /// Counts a write that found its rows changed and wrote nothing.
     pub(super) fn count_unwritten(&self, operation: UnlockedOperation) {
-        self.stale_writes[operation as usize].fetch_add(1, Ordering::Relaxed);
+        self.stale_writes[operation.index()].fetch_add(1, Ordering::Relaxed);
         #[cfg(feature = "testing")]
         self.probe.unwritten.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts an operation that left the unlocked path for the locking one.
     pub(super) fn count_fallback(&self, operation: UnlockedOperation) {
-        self.fallbacks[operation as usize].fetch_add(1, Ordering::Relaxed);
+        self.fallbacks[operation.index()].fetch_add(1, Ordering::Relaxed);
     }
 
     pub(super) fn counts(&self) -> UnlockedCounts {
-        fn load(counts: &[AtomicU64; 3]) -> impl Fn(UnlockedOperation) -> u64 + '_ {
-            |operation| counts[operation as usize].load(Ordering::Relaxed)
+        fn load(counts: &PerOperation) -> impl Fn(UnlockedOperation) -> u64 + '_ {
+            |operation| counts[operation.index()].load(Ordering::Relaxed)
         }
         UnlockedCounts::new(load(&self.stale_writes), load(&self.fallbacks))
     }

@@ -270,7 +270,10 @@ LIMIT $3"
 /// Locks, skipping those another transaction holds, the leases $2 of the
 /// accounts $1 (pairwise) that are still active and due at ($3, $4), in
 /// account and then lease order: the locking reclaim pass's leases, chosen
-/// by `READ_DUE_SQL`.
+/// by `READ_DUE_SQL`. The join alone names the rows; `account_id = ANY($1)`
+/// also filters by the account list, so that a schema partitioned by account
+/// reaches only those accounts' partitions (the batch class of
+/// `tests/pg/partitioning.rs`).
 pub(super) const LOCK_DUE_SQL: &str = concat!(
     "SELECT ",
     lease_columns!(),

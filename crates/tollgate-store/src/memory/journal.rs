@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use jiff::Timestamp;
-use tollgate_core::journal::{Change, Deltas, EntryIds, EntryKind, check_replay, deltas};
+use tollgate_core::journal::{Change, Deltas, EntryIds, EntryKind, changed, check_replay};
 use tollgate_core::{Account, COUNTERS, Entry, Error, PageLimit};
 
 use super::State;
@@ -147,9 +147,9 @@ impl State {
             self.accounts.insert(account.account_id.clone(), account);
             return;
         };
-        let deltas = deltas(stored, &account);
+        let deltas = changed(stored, &account);
         *stored = account;
-        if deltas != [0; COUNTERS] {
+        if let Some(deltas) = deltas {
             self.journals.push(&stored.account_id, kind, deltas, ids, now);
         }
     }
