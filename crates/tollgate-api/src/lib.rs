@@ -20,6 +20,7 @@ mod journal;
 mod listings;
 mod objects;
 mod usage_queries;
+mod webhooks;
 
 pub use check::{
     CheckBody, GuardViolationBody, LedgerCheckBody, LegacyBoundBody, MigrationsBody, StorageBody, ViolationBody,
@@ -28,6 +29,10 @@ pub use journal::{CounterDeltasBody, JournalEntryBody, JournalKindBody, JournalM
 pub use listings::{CreditBody, PageBody};
 pub use usage_queries::{
     ExportedEventBody, UsageBucketBody, UsageEventsPage, UsageGroupBody, UsageReportBody, UsageTotalsBody,
+};
+pub use webhooks::{
+    AlertRuleBody, AlertRulesBody, CreateAlertRuleRequest, CreateWebhookRequest, DeliveryBody, RotateSecretRequest,
+    WebhookEndpointBody, WebhookEndpointsBody,
 };
 
 use objects::object_only;
@@ -44,6 +49,9 @@ object_only!(
     ConsolidateRequest,
     UsageEventBody,
     IngestRequest,
+    CreateAlertRuleRequest,
+    CreateWebhookRequest,
+    RotateSecretRequest,
 );
 
 /// `{"error":{"code","message","retryable"}}`, the body of every error response.

@@ -7,6 +7,7 @@
 //!   writer runs over it ([`UsageWriter::over_http`]) or over a store directly.
 //! - [`Gateway`]: one lease per account, spent locally, renewed before expiry
 //!   and released at shutdown after its usage is delivered.
+//! - [`webhooks::verify`]: checks the signature of a webhook Tollgate sent.
 //!
 //! The writer decides whether usage survives failures, so its rules are few and
 //! strict: retry what can succeed, never retry what cannot, bound everything,
@@ -18,6 +19,7 @@ mod config;
 mod gateway;
 mod http;
 mod stats;
+pub mod webhooks;
 mod writer;
 
 pub use config::{

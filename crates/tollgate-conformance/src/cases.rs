@@ -11,11 +11,13 @@ use crate::support::*;
 mod idempotent;
 mod journal;
 mod listings;
+mod outbox;
 mod scoped;
 mod usage_queries;
 pub use idempotent::*;
 pub use journal::*;
 pub use listings::*;
+pub use outbox::*;
 pub use scoped::*;
 pub use usage_queries::*;
 

@@ -65,6 +65,7 @@ macro_rules! conformance_suite {
             a_credential_under_another_account_is_not_found_and_stays_valid,
             a_key_whose_account_part_was_altered_is_unknown,
             accounts_are_listed_in_id_order_page_by_page, leases_are_listed_by_id_and_filtered_by_state, credentials_and_credits_are_listed_by_id, cursors_are_refused_across_listings_accounts_and_filters, rows_inserted_between_pages_are_neither_skipped_nor_repeated, dimensions_are_validated_after_duplicates, usage_windows_are_exact_to_the_nanosecond, usage_before_the_epoch, usage_groups_by_credential_lease_funding_and_dimension, usage_refusals, usage_exports_page_in_order, journal_records_each_kind_with_its_ids_in_sequence, no_entry_for_an_operation_that_changes_nothing_or_is_refused, keyed_replays_write_no_new_entry, reclaim_writes_one_entry_per_account_and_pages_follow_the_sequence,
+            a_balance_rule_fires_once_per_crossing_and_recovers, percent_and_overage_rules_cross_at_their_bounds, a_rule_judges_only_changes_after_its_creation, credits_and_reclaims_reach_the_endpoints_that_want_them, a_refusal_rule_fires_once_until_available_rises, each_delivery_attempt_is_claimed_once_and_recorded_by_its_claim, a_rotated_secret_signs_until_its_overlap_ends, rules_and_endpoints_are_validated_bounded_and_deleted, the_delivery_log_pages_in_creation_order, a_claim_passes_over_the_endpoints_it_skips,
         );
     };
     (@cases $factory:expr; $($case:ident),* $(,)?) => {
@@ -88,6 +89,7 @@ mod tests {
             include_str!("cases/scoped.rs"),
             include_str!("cases/usage_queries.rs"),
             include_str!("cases/journal.rs"),
+            include_str!("cases/outbox.rs"),
         ]
         .into_iter()
         .flat_map(str::lines)

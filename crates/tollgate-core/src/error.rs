@@ -87,6 +87,32 @@ pub enum Error {
     TooManyBuckets { buckets: u128, max: u64 },
     #[error("storage records reclaim grace {recorded}, this server is configured with {configured}")]
     ReclaimGraceMismatch { recorded: String, configured: String },
+    #[error(
+        "condition must be available_below or overage_above with a threshold in units, available_below_percent with a percent from 1 to 100, or acquire_refused without one"
+    )]
+    InvalidCondition,
+    #[error(
+        "event_types must name at least one of balance.threshold_crossed, balance.recovered, overage.threshold_crossed, acquire.refused_insufficient_balance, lease.reclaimed, credit.received"
+    )]
+    InvalidEventTypes,
+    #[error("url must be an http or https URL of at most 2048 bytes with a host, no credentials and no fragment")]
+    InvalidWebhookUrl,
+    #[error("overlap_seconds must be 0 to {max}")]
+    InvalidOverlap { max: u64 },
+    #[error("alert rule not found")]
+    RuleNotFound,
+    #[error("webhook endpoint not found")]
+    EndpointNotFound,
+    #[error("webhook delivery not found")]
+    DeliveryNotFound,
+    #[error("an account holds at most {max} alert rules")]
+    TooManyRules { max: usize },
+    #[error("at most {max} webhook endpoints may exist")]
+    TooManyEndpoints { max: usize },
+    #[error(
+        "webhook secrets are stored encrypted: start the server with --webhook-key (or TOLLGATE_WEBHOOK_KEY) to use webhooks on this store"
+    )]
+    WebhookKeyMissing,
     #[error("storage unavailable: {0}")]
     StorageUnavailable(String),
     #[error("stored data violates an invariant: {0}")]
@@ -128,6 +154,16 @@ impl Error {
             Error::InvalidState => "invalid_state",
             Error::TooManyBuckets { .. } => "too_many_buckets",
             Error::ReclaimGraceMismatch { .. } => "reclaim_grace_mismatch",
+            Error::InvalidCondition => "invalid_condition",
+            Error::InvalidEventTypes => "invalid_event_types",
+            Error::InvalidWebhookUrl => "invalid_webhook_url",
+            Error::InvalidOverlap { .. } => "invalid_overlap",
+            Error::RuleNotFound => "rule_not_found",
+            Error::EndpointNotFound => "endpoint_not_found",
+            Error::DeliveryNotFound => "delivery_not_found",
+            Error::TooManyRules { .. } => "too_many_rules",
+            Error::TooManyEndpoints { .. } => "too_many_endpoints",
+            Error::WebhookKeyMissing => "webhook_key_missing",
             Error::StorageUnavailable(_) => "storage_unavailable",
             Error::StorageCorrupt(_) => "storage_corrupt",
         }
@@ -151,8 +187,17 @@ impl Error {
             | Error::InvalidWindow
             | Error::InvalidGroupBy
             | Error::InvalidState
-            | Error::TooManyBuckets { .. } => ErrorKind::Input,
-            Error::AccountNotFound | Error::LeaseNotFound | Error::CredentialNotFound => ErrorKind::NotFound,
+            | Error::TooManyBuckets { .. }
+            | Error::InvalidCondition
+            | Error::InvalidEventTypes
+            | Error::InvalidWebhookUrl
+            | Error::InvalidOverlap { .. } => ErrorKind::Input,
+            Error::AccountNotFound
+            | Error::LeaseNotFound
+            | Error::CredentialNotFound
+            | Error::RuleNotFound
+            | Error::EndpointNotFound
+            | Error::DeliveryNotFound => ErrorKind::NotFound,
             Error::AccountExists
             | Error::CreditConflict { .. }
             | Error::InsufficientBalance { .. }
@@ -163,7 +208,10 @@ impl Error {
             | Error::ExpiryOutOfRange
             | Error::CounterOverflow { .. }
             | Error::IdempotencyKeyReused
-            | Error::ReclaimGraceMismatch { .. } => ErrorKind::Conflict,
+            | Error::ReclaimGraceMismatch { .. }
+            | Error::TooManyRules { .. }
+            | Error::TooManyEndpoints { .. }
+            | Error::WebhookKeyMissing => ErrorKind::Conflict,
             Error::StorageUnavailable(_) => ErrorKind::Unavailable,
             Error::StorageCorrupt(_) => ErrorKind::Corrupt,
         }

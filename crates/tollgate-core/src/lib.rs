@@ -7,6 +7,7 @@
 
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::too_many_lines))]
 
+pub mod alerts;
 pub mod clock;
 pub mod error;
 pub mod ids;
@@ -20,6 +21,7 @@ pub mod time;
 pub mod units;
 pub mod usage;
 
+pub use alerts::{AlertRule, Condition, Event, EventType, RetryPolicy};
 pub use clock::ClockSample;
 pub use error::{Error, ErrorKind, IngestError};
 pub use ids::validate_id;

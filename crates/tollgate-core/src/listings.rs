@@ -118,6 +118,12 @@ impl Listing {
         Self::new("credits", &[account_id], page)
     }
 
+    /// The deliveries of webhook endpoint `endpoint_id`, by delivery id, which
+    /// sorts by creation.
+    pub fn deliveries(endpoint_id: &str, page: &PageRequest) -> Result<Self, Error> {
+        Self::new("deliveries", &[endpoint_id], page)
+    }
+
     fn new(listing: &str, parameters: &[&str], page: &PageRequest) -> Result<Self, Error> {
         let scope = Scope::new(listing, parameters);
         let after = match Start::of(&scope, page.cursor.as_deref(), KEY_FIELDS)? {

@@ -35,9 +35,10 @@ pub const HASH_PARTITIONS: u32 = 8;
 /// per-account tables. `tollgate_legacy_credential_keys` has an `account_id`
 /// column but is found by key hash before the account is known (the
 /// read-only directory of keys issued before keys named their account, 0020);
-/// `tollgate_settings` belongs to no account. `tests/pg/schema.rs` holds the
-/// schema to exactly this list.
-pub const GLOBAL_TABLES: &[&str] = &["tollgate_legacy_credential_keys", "tollgate_settings"];
+/// `tollgate_settings` and `tollgate_webhook_endpoints` (0024) belong to no
+/// account. `tests/pg/schema.rs` holds the schema to exactly this list.
+pub const GLOBAL_TABLES: &[&str] =
+    &["tollgate_legacy_credential_keys", "tollgate_settings", "tollgate_webhook_endpoints"];
 
 /// The conversion `TestDb::partition_by_account` runs: one PL/pgSQL block that
 /// reads the per-account tables and their keys, indexes and foreign keys from

@@ -19,6 +19,7 @@ pub mod extract;
 pub mod metrics;
 pub mod openapi;
 mod routes;
+pub mod webhooks;
 pub mod worker;
 
 use std::future::Future;
@@ -44,6 +45,7 @@ pub use auth::{OperatorTokens, Role, TokenError};
 pub use connection::{HEAD_BYTES_MAX, HEADERS_MAX};
 pub use error::ApiError;
 pub use metrics::Metrics;
+pub use webhooks::WebhookSettings;
 pub use worker::ReclaimConfig;
 
 /// Where the server reads the time. Core logic never reads a clock; the server
@@ -142,6 +144,7 @@ struct Inner {
     metrics: Metrics,
     limits: Limits,
     clock_guard: clock_check::ClockGuard,
+    webhooks: WebhookSettings,
 }
 
 impl AppState {
@@ -150,9 +153,24 @@ impl AppState {
     }
 
     pub fn with_limits(store: Arc<dyn Store>, clock: Arc<dyn Clock>, tokens: OperatorTokens, limits: Limits) -> Self {
+        Self::with_webhooks(store, clock, tokens, limits, WebhookSettings::default())
+    }
+
+    pub fn with_webhooks(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        tokens: OperatorTokens,
+        limits: Limits,
+        webhooks: WebhookSettings,
+    ) -> Self {
         let metrics = Metrics::new(clock.now()).with_store(store.clone());
         let clock_guard = clock_check::ClockGuard::default();
-        Self { inner: Arc::new(Inner { store, clock, tokens, metrics, limits, clock_guard }) }
+        Self { inner: Arc::new(Inner { store, clock, tokens, metrics, limits, clock_guard, webhooks }) }
+    }
+
+    /// How webhooks are sealed and delivered.
+    pub fn webhooks(&self) -> &WebhookSettings {
+        &self.inner.webhooks
     }
 
     pub fn store(&self) -> &dyn Store {
@@ -272,7 +290,7 @@ async fn observe(State(state): State<AppState>, request: Request, next: Next) ->
     response
 }
 
-/// Serves `router(state)` on `listener` with the reclaim worker beside it until
+/// Serves `router(state)` on `listener` with the reclaim and webhook workers beside it until
 /// `shutdown` resolves; then stops accepting, lets in-flight requests finish,
 /// and stops the worker before returning. The state's [`Limits`] bound every
 /// connection: at most `connections_max` are open (a connection beyond the cap
@@ -286,12 +304,16 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let (stop_worker, worker_stopped) = tokio::sync::watch::channel(false);
-    let worker = tokio::spawn(worker::run(state.clone(), reclaim, worker_stopped));
+    let worker = tokio::spawn(worker::run(state.clone(), reclaim, worker_stopped.clone()));
+    let deliveries = tokio::spawn(webhooks::run(state.clone(), worker_stopped));
     let limits = state.limits();
     let served = connection::accept_loop(listener, router(state), limits, shutdown).await;
     let _ = stop_worker.send(true);
     if let Err(error) = worker.await {
         tracing::error!(%error, "reclaim worker ended abnormally");
+    }
+    if let Err(error) = deliveries.await {
+        tracing::error!(%error, "webhook worker ended abnormally");
     }
     served
 }

@@ -29,7 +29,7 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tollgate_core::{EventOutcome, IngestError, Outcome};
-use tollgate_store::{Store, UnlockedCounts, UnlockedOperation};
+use tollgate_store::{AttemptResult, OutboxCounts, Store, UnlockedCounts, UnlockedOperation};
 
 use crate::clock_check::ClockStatus;
 
@@ -170,6 +170,18 @@ pub struct ReclaimCounts {
     pub skipped: u64,
 }
 
+/// What a webhook attempt came to, for `tollgate_webhook_attempts_total`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct AttemptLabels {
+    /// `delivered`, `retried` (failed, attempted again later) or `failed`
+    /// (failed past the give-up time).
+    result: &'static str,
+}
+
+/// Upper bounds of the webhook delivery latency buckets, in seconds: from
+/// the event to its delivery, retries included.
+const DELIVERY_BUCKETS_S: [f64; 12] = [0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 15.0, 60.0, 300.0, 3600.0, 86400.0];
+
 type LatencyFamily = Family<HttpLabels, Histogram, fn() -> Histogram>;
 
 /// The server's metrics. Cheap to update from any task.
@@ -188,6 +200,47 @@ pub struct Metrics {
     /// shows a growing lag.
     reclaim_since_us: AtomicI64,
     clock: Arc<ClockGauges>,
+    webhooks: WebhookMetrics,
+}
+
+/// The webhook worker's series.
+struct WebhookMetrics {
+    attempts: Family<AttemptLabels, Counter>,
+    latency: Histogram,
+    deliveries: Family<DeliveryLabels, Gauge>,
+}
+
+impl WebhookMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        let attempts: Family<AttemptLabels, Counter> = Family::default();
+        for result in ["delivered", "retried", "failed"] {
+            drop(attempts.get_or_create(&AttemptLabels { result }));
+        }
+        let latency = Histogram::new(DELIVERY_BUCKETS_S);
+        let deliveries: Family<DeliveryLabels, Gauge> = Family::default();
+        registry.register(
+            "tollgate_webhook_deliveries",
+            "Webhook deliveries by state: pending, delivered or failed, as the webhook worker last read them",
+            deliveries.clone(),
+        );
+        registry.register(
+            "tollgate_webhook_attempts",
+            "Webhook delivery attempts by result: delivered, retried (attempted again later) or failed (given up)",
+            attempts.clone(),
+        );
+        registry.register(
+            "tollgate_webhook_delivery_seconds",
+            "Seconds from an event to its delivery, retries included",
+            latency.clone(),
+        );
+        Self { attempts, latency, deliveries }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct DeliveryLabels {
+    /// `DeliveryState::as_str`.
+    state: &'static str,
 }
 
 impl Metrics {
@@ -246,6 +299,7 @@ impl Metrics {
             reclaim_lag.clone(),
         );
         registry.register_collector(Box::new(clock.clone()));
+        let webhooks = WebhookMetrics::register(&mut registry);
         Self {
             registry,
             http_requests,
@@ -258,6 +312,7 @@ impl Metrics {
             reclaim_lag,
             reclaim_since_us: AtomicI64::new(started_at.as_microsecond()),
             clock,
+            webhooks,
         }
     }
 
@@ -308,6 +363,32 @@ impl Metrics {
             Err(()) => {
                 self.reclaim_passes.get_or_create(&PassLabels { result: PassResult::Error }).inc();
             }
+        }
+    }
+
+    /// One webhook attempt's result; a delivery's latency runs from its
+    /// event (`created_at`) to `now`.
+    pub fn observe_webhook_attempt(&self, result: &AttemptResult, created_at: Timestamp, now: Timestamp) {
+        let label = match result {
+            AttemptResult::Delivered { .. } => {
+                let latency = now.duration_since(created_at).as_secs_f64().max(0.0);
+                self.webhooks.latency.observe(latency);
+                "delivered"
+            }
+            AttemptResult::Retry { .. } => "retried",
+            AttemptResult::Failed { .. } => "failed",
+        };
+        self.webhooks.attempts.get_or_create(&AttemptLabels { result: label }).inc();
+    }
+
+    /// The store's delivery counts by state.
+    pub fn observe_deliveries(&self, counts: OutboxCounts) {
+        for (state, count) in [("pending", counts.pending), ("delivered", counts.delivered), ("failed", counts.failed)]
+        {
+            self.webhooks
+                .deliveries
+                .get_or_create(&DeliveryLabels { state })
+                .set(i64::try_from(count).unwrap_or(i64::MAX));
         }
     }
 

@@ -32,6 +32,7 @@ use crate::worker;
 mod journal;
 mod listings;
 mod usage;
+mod webhooks;
 
 type ApiResult = Result<Response, ApiError>;
 
@@ -52,7 +53,14 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(check))
         .routes(routes!(listings::list_accounts))
         .routes(routes!(listings::list_credentials))
-        .routes(routes!(listings::list_credits));
+        .routes(routes!(listings::list_credits))
+        .routes(routes!(webhooks::create_alert_rule, webhooks::list_alert_rules))
+        .routes(routes!(webhooks::delete_alert_rule))
+        .routes(routes!(webhooks::create_endpoint, webhooks::list_endpoints))
+        .routes(routes!(webhooks::delete_endpoint))
+        .routes(routes!(webhooks::rotate_secret))
+        .routes(routes!(webhooks::list_deliveries))
+        .routes(routes!(webhooks::redeliver));
     let gateway = OpenApiRouter::default()
         .routes(routes!(get_account))
         .routes(routes!(journal::account_journal))
@@ -260,7 +268,14 @@ pub(crate) async fn acquire(
     ApiJson(body): ApiJson<AcquireRequest>,
 ) -> ApiResult {
     let store = state.store();
-    let issued = store.acquire_idempotent(idempotency.as_ref(), &account_id, body.units, body.ttl, state.now()).await?;
+    let now = state.now();
+    let issued = match store.acquire_idempotent(idempotency.as_ref(), &account_id, body.units, body.ttl, now).await {
+        Err(refused @ Error::InsufficientBalance { .. }) => {
+            webhooks::note_refusal(&state, &account_id, now).await;
+            return Err(refused.into());
+        }
+        other => other?,
+    };
     state.metrics().count_leases(LeaseEvent::Acquired, 1);
     json(StatusCode::CREATED, issued_lease_body(&issued))
 }

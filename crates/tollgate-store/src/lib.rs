@@ -9,6 +9,7 @@
 mod idempotency;
 mod memory;
 mod model;
+mod outbox;
 mod secrets;
 
 pub use idempotency::{
@@ -20,6 +21,10 @@ pub use model::{
     AccountView, CheckReport, Consolidated, CreditReceipt, GuardViolation, IssuedCredential, IssuedLease,
     JournalMismatch, JournalPage, LeaseHandle, LegacyBoundCount, MigrationStatus, ReclaimReport, ReclaimedLease,
     Released, SkippedLease, StorageStatus, UnlockedCounts, UnlockedOperation, Verification, reclaim_read_max,
+};
+pub use outbox::{
+    AttemptResult, ClaimedDelivery, Delivery, DeliveryState, IssuedEndpoint, Outbox, OutboxCounts, WebhookEndpoint,
+    WebhookKey, derive_entries, event_body, new_delivery_id, new_endpoint_id, new_rule_id, new_webhook_secret,
 };
 pub use secrets::{new_capability, new_credential_id, new_credential_key, new_lease_id};
 
@@ -42,7 +47,7 @@ pub trait UsageSink: Send + Sync {
 /// The allocator, credential, read and check operations, with the same contract on
 /// every backend. Time is always the caller's `now`.
 #[async_trait]
-pub trait Store: UsageSink {
+pub trait Store: UsageSink + Outbox {
     fn policy(&self) -> &GrantPolicy;
     fn unit_domain(&self) -> UnitDomain;
 

@@ -39,6 +39,7 @@ mod events;
 mod journal;
 mod lease_ids;
 mod listings;
+mod outbox;
 mod reclaim;
 mod records;
 
@@ -110,6 +111,7 @@ struct State {
     credentials_by_account: BTreeSet<(String, String)>,
     idempotency: IdempotencyRecords,
     journals: Journals,
+    outbox: outbox::OutboxState,
 }
 
 impl MemoryStore {
@@ -305,7 +307,8 @@ impl UsageSink for MemoryStore {
         let mut state = self.lock();
         let plan = usage::classify(&batch, now, &self.policy, DOMAIN, &BatchView::new(&state, &batch))?;
         for change in usage_changes(&batch, &plan, |id| state.accounts.get(id)) {
-            state.journals.record(change, now);
+            let Some(before) = state.accounts.get(&change.account_id).map(Account::counters) else { continue };
+            state.record(change, before, now);
         }
         for index in plan.accepted {
             state.events.record(&batch[index]);

@@ -4,7 +4,7 @@
 use tollgate_core::{CREDENTIAL_KEY_PREFIX, Secret};
 
 /// `prefix` followed by 256 random bits as 64 lowercase hex digits.
-fn random_hex_after(prefix: &str) -> String {
+pub(crate) fn random_hex_after(prefix: &str) -> String {
     let mut digits = [0u8; 64];
     hex::encode_to_slice(rand::random::<[u8; 32]>(), &mut digits).expect("64 digits encode 32 bytes");
     let mut secret = String::with_capacity(prefix.len() + digits.len());

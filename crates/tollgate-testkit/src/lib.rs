@@ -5,7 +5,12 @@
 //! ([`tollgate_binary`]); and the assertion on Tollgate's typed error bodies
 //! ([`assert_error`]).
 //!
+//! A webhook [`receiver::Receiver`] on loopback records deliveries and checks
+//! their signatures with its own HMAC.
+//!
 //! This crate is a dev-dependency only; nothing that ships depends on it.
+
+pub mod receiver;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use clap::Args;
 use jiff::SignedDuration;
-use tollgate_core::{Error, GrantPolicy, Secret};
+use tollgate_core::{Error, GrantPolicy, RetryPolicy, Secret};
 use tollgate_pg::{PgStoreConfig, PostgresStore};
-use tollgate_server::{AppState, Limits, OperatorTokens, ReclaimConfig, SystemClock, clock_check};
-use tollgate_store::{MemoryStore, Store};
+use tollgate_server::{AppState, Limits, OperatorTokens, ReclaimConfig, SystemClock, WebhookSettings, clock_check};
+use tollgate_store::{MemoryStore, Store, WebhookKey};
 
 use crate::config::{self, DATABASE_URL_SETTING, parse_duration};
 
@@ -85,6 +85,33 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "TOLLGATE_DATABASE_CONNECTIONS", default_value_t = 16, value_name = "N")]
     database_connections: u32,
 
+    /// Key that seals webhook signing secrets at rest: 64 hex digits (e.g.
+    /// `openssl rand -hex 32`). Every server on one database needs the same
+    /// key. Without it, PostgreSQL servers refuse to create webhook endpoints
+    /// and deliver nothing; the memory store draws a random one.
+    #[arg(long, env = "TOLLGATE_WEBHOOK_KEY", hide_env_values = true, value_name = "HEX")]
+    webhook_key: Option<String>,
+
+    /// Whether webhook URLs may reach loopback, private and link-local
+    /// addresses. Allowed by default, for local receivers; set false where
+    /// admins must not reach internal services (SSRF).
+    #[arg(long, env = "TOLLGATE_WEBHOOK_ALLOW_PRIVATE", default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    webhook_allow_private: bool,
+
+    /// Longest time one webhook delivery attempt may take (ISO 8601).
+    #[arg(long, env = "TOLLGATE_WEBHOOK_TIMEOUT", default_value = "PT10S", value_parser = parse_duration, value_name = "DURATION")]
+    webhook_timeout: SignedDuration,
+
+    /// How long after its event a delivery is retried before it is marked
+    /// failed (ISO 8601).
+    #[arg(long, env = "TOLLGATE_WEBHOOK_GIVE_UP_AFTER", default_value = "PT24H", value_parser = parse_duration, value_name = "DURATION")]
+    webhook_give_up_after: SignedDuration,
+
+    /// Time between webhook worker ticks: deriving events and claiming due
+    /// deliveries (ISO 8601).
+    #[arg(long, env = "TOLLGATE_WEBHOOK_INTERVAL", default_value = "PT1S", value_parser = parse_duration, value_name = "DURATION")]
+    webhook_interval: SignedDuration,
+
     /// Record this server's reclaim grace in the database even though another
     /// grace is recorded. Stop every other server first: servers sharing a
     /// database must share one grace.
@@ -115,7 +142,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let address = listener.local_addr().context("the listening socket has no address")?;
     print_banner(&args, &settings, &opened.description, tokens.has_gateway(), &generated, &admin, address);
 
-    let state = AppState::with_limits(
+    let state = AppState::with_webhooks(
         opened.store,
         Arc::new(SystemClock),
         tokens,
@@ -127,6 +154,7 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             connections_max: settings.connections_max,
             ..Limits::default()
         },
+        settings.webhooks,
     );
     state.clock_guard().set_bound(settings.clock_offset_max);
     report_clock(&state).await?;
@@ -153,6 +181,7 @@ struct Settings {
     /// The open-file limit that lowered `--max-connections`, if it did.
     lowered_by: Option<u64>,
     clock_offset_max: SignedDuration,
+    webhooks: WebhookSettings,
 }
 
 impl Settings {
@@ -177,7 +206,9 @@ impl Settings {
             ),
             Some(bound) => bound,
         };
+        let webhooks = webhook_settings(args)?;
         Ok(Settings {
+            webhooks,
             policy,
             interval,
             request_timeout,
@@ -188,6 +219,24 @@ impl Settings {
             clock_offset_max,
         })
     }
+}
+
+/// The webhook worker's settings; the memory store draws a random key when
+/// none is given, since its secrets die with it.
+fn webhook_settings(args: &ServeArgs) -> anyhow::Result<WebhookSettings> {
+    let key = match &args.webhook_key {
+        Some(hex) => Some(
+            WebhookKey::from_hex(hex)
+                .context("--webhook-key / TOLLGATE_WEBHOOK_KEY must be 64 hex digits (openssl rand -hex 32)")?,
+        ),
+        None if args.database_url.is_none() => Some(WebhookKey::random()),
+        None => None,
+    };
+    let attempt_timeout = config::positive_std("--webhook-timeout / TOLLGATE_WEBHOOK_TIMEOUT", args.webhook_timeout)?;
+    config::positive_std("--webhook-give-up-after / TOLLGATE_WEBHOOK_GIVE_UP_AFTER", args.webhook_give_up_after)?;
+    let interval = config::positive_std("--webhook-interval / TOLLGATE_WEBHOOK_INTERVAL", args.webhook_interval)?;
+    let retry = RetryPolicy { give_up_after: args.webhook_give_up_after, ..RetryPolicy::DEFAULT };
+    Ok(WebhookSettings { key, allow_private: args.webhook_allow_private, attempt_timeout, retry, interval })
 }
 
 /// Opens the memory store, or PostgreSQL (applying pending migrations).

@@ -65,7 +65,7 @@ impl Drop for RunningGuard {
 
 /// What an operation answers when its task ended before it did, which only a
 /// runtime shutting down does (a panic is passed on to the caller as a panic).
-trait Interrupted {
+pub(super) trait Interrupted {
     fn interrupted() -> Self;
 }
 
@@ -87,7 +87,7 @@ impl Interrupted for IngestError {
 impl PostgresStore {
     /// Runs `operation` on the engine in a task of its own and waits for its
     /// answer; dropping the returned future leaves the task running.
-    async fn complete<T, E, F, Fut>(&self, operation: F) -> Result<T, E>
+    pub(super) async fn complete<T, E, F, Fut>(&self, operation: F) -> Result<T, E>
     where
         F: FnOnce(Arc<Engine>) -> Fut,
         Fut: Future<Output = Result<T, E>> + Send + 'static,

@@ -12,7 +12,7 @@ use super::errors::{corrupt, storable, storage_error};
 use super::sql::{CHECK_JOURNAL_SQL, READ_JOURNAL_SQL};
 
 #[derive(FromRow)]
-struct JournalRow {
+pub(super) struct JournalRow {
     account_id: String,
     seq: i64,
     kind: String,
@@ -32,7 +32,7 @@ struct JournalRow {
 }
 
 impl JournalRow {
-    fn decode(self) -> Result<Entry, Error> {
+    pub(super) fn decode(self) -> Result<Entry, Error> {
         let (account_id, seq) = (self.account_id, self.seq);
         let bad = |what: String| corrupt(format!("journal entry {account_id}/{seq}: {what}"));
         let kind = EntryKind::parse(&self.kind).ok_or_else(|| bad(format!("kind {:?}", self.kind)))?;

@@ -43,6 +43,7 @@ mod journal;
 mod listings;
 mod load;
 mod locking;
+mod outbox;
 mod persist;
 mod rows;
 mod settings;

@@ -1,7 +1,8 @@
 //! The PostgreSQL store's tests, as one test binary. Each test creates its
 //! own database (`TestDb`): the conformance suite on a plain and on a
 //! hash-partitioned schema, cancellation at every await, keyed requests,
-//! PostgreSQL-only store behaviour, the schema's own guards, the proof that
+//! PostgreSQL-only store behaviour (`store`, and the outbox's across servers
+//! in `outbox`), the schema's own guards, the proof that
 //! the schema shards by account, the usage index, and every upgrade on
 //! populated databases (`fixtures`: the 0016-era writer and the probes the
 //! upgrade suites share).
@@ -11,6 +12,7 @@ mod conformance;
 mod fixtures;
 mod idempotency;
 mod migrations;
+mod outbox;
 mod partitioning;
 mod schema;
 mod store;

@@ -53,6 +53,20 @@ const FOREIGN_CREDENTIALS: &str = "usage ingestion reads, unlocked, only the cre
      to reject those events as credential_account_mismatch rather than unknown_credential \
      (docs/rules.md); a batch whose credentials are its own accounts' never runs it";
 
+const ADVISORY: &str = "an advisory lock (deriving events, creating an endpoint) is one per deployment; it \
+     touches no table";
+const ENDPOINTS: &str = "webhook endpoints belong to no account: tollgate_webhook_endpoints is global, small \
+     and written only by operators (a reference table)";
+const DERIVER: &str = "the event deriver finds the accounts whose journal is past their outbox cursor, of \
+     every account, in account order and bounded (LIMIT), and reads each one's entries by account; what \
+     it stores is written grouped by account (STORE_DERIVED_SQL)";
+const ENDPOINT_DELIVERIES: &str = "an endpoint's deliveries span the accounts whose events it asked for: its \
+     delivery log, one bounded page (LIMIT) after its cursor, its redelivery, and the deletion of its \
+     deliveries with it go by endpoint";
+const DELIVERY_WORKER: &str = "the delivery worker claims the due deliveries of every account in due order, \
+     in bounded batches (LIMIT), and records each attempt's result by the delivery id its claim returned, \
+     which does not carry the account; the operator's counts read every delivery";
+
 const ACCOUNT_LISTING: &str = "the operator's listing of accounts (an admin console's search by id \
      prefix) reads every account in account_id order, one bounded page (LIMIT) after its cursor; each \
      account's active lease count is a subquery by that account's id";
@@ -169,6 +183,55 @@ fn classification() -> BTreeMap<&'static str, Class> {
         ),
         ("READ_JOURNAL_SQL", Single { params: &[ACCOUNT, INT8, INT8] }),
         ("CHECK_JOURNAL_SQL", Global { why: CHECK }),
+        ("TRY_DERIVE_LOCK_SQL", Global { why: ADVISORY }),
+        ("ENDPOINTS_LOCK_SQL", Global { why: ADVISORY }),
+        ("LOCK_ACCOUNT_SEQ_SQL", Single { params: &[ACCOUNT] }),
+        (
+            "INSERT_RULE_SQL",
+            Single {
+                params: &[
+                    ACCOUNT,
+                    ("text", "'rule-new'"),
+                    ("text", "'available_below'"),
+                    INT8,
+                    INT8,
+                    INT2,
+                    INT8,
+                    ("int8", "20"),
+                ],
+            },
+        ),
+        ("READ_RULES_SQL", Single { params: &[ACCOUNT] }),
+        ("RETIRE_RULE_SQL", Single { params: &[ACCOUNT, ("text", "'rule-3'")] }),
+        ("PURGE_RETIRED_RULES_SQL", Single { params: &[ACCOUNT] }),
+        ("LOCK_REFUSAL_RULES_SQL", Single { params: &[ACCOUNT] }),
+        ("REFUSAL_ACCOUNT_SQL", Single { params: &[ACCOUNT] }),
+        ("LOCK_DERIVE_RULES_SQL", Batch { account_filters: &[("tollgate_alert_rules", "r.account_id = ANY($1)")] }),
+        ("INSERT_ENDPOINT_SQL", Global { why: ENDPOINTS }),
+        ("READ_ENDPOINTS_SQL", Global { why: ENDPOINTS }),
+        ("READ_ENDPOINT_SQL", Global { why: ENDPOINTS }),
+        ("SHARE_ENDPOINTS_SQL", Global { why: ENDPOINTS }),
+        ("DELETE_ENDPOINT_SQL", Global { why: ENDPOINTS }),
+        ("ROTATE_SECRET_SQL", Global { why: ENDPOINTS }),
+        ("DELETE_ENDPOINT_DELIVERIES_SQL", Global { why: ENDPOINT_DELIVERIES }),
+        ("LIST_DELIVERIES_SQL", Global { why: ENDPOINT_DELIVERIES }),
+        ("REDELIVER_SQL", Global { why: ENDPOINT_DELIVERIES }),
+        ("DERIVE_PENDING_SQL", Global { why: DERIVER }),
+        (
+            "STORE_DERIVED_SQL",
+            Batch {
+                account_filters: &[
+                    ("tollgate_webhook_events", "INSERT INTO tollgate_webhook_events"),
+                    ("tollgate_webhook_deliveries", "INSERT INTO tollgate_webhook_deliveries"),
+                    ("tollgate_outbox_cursors", "INSERT INTO tollgate_outbox_cursors"),
+                    ("tollgate_alert_rules", "WHERE r.account_id = u.account_id AND r.rule_id = u.rule_id"),
+                    ("tollgate_alert_rules", "WHERE p.account_id = u.account_id AND p.rule_id = u.rule_id"),
+                ],
+            },
+        ),
+        ("CLAIM_DELIVERIES_SQL", Global { why: DELIVERY_WORKER }),
+        ("FINISH_DELIVERY_SQL", Global { why: DELIVERY_WORKER }),
+        ("OUTBOX_COUNTS_SQL", Global { why: DELIVERY_WORKER }),
     ])
 }
 
@@ -347,8 +410,9 @@ async fn batch_statements_filter_every_per_account_table_by_their_accounts() {
 }
 
 /// Sixteen accounts, each with a credit, two leases (one active), a
-/// credential, a usage event and an idempotency record, so every partition
-/// holds rows.
+/// credential, a usage event, an idempotency record, an alert rule, an outbox
+/// cursor, and a webhook event with its delivery, so every partition holds
+/// rows.
 const POPULATE: &str = "
     INSERT INTO tollgate_accounts (account_id, credited, available, reserved, next_fence)
         SELECT 'acct-' || i, 100, 60, 40, 3 FROM generate_series(0, 15) i;
@@ -370,6 +434,20 @@ const POPULATE: &str = "
     INSERT INTO tollgate_idempotency_keys (account_id, lookup_id, fingerprint, sealed_answer,
         created_floor_us, created_submicro_ns, expires_floor_us, expires_submicro_ns)
         SELECT 'acct-' || i, sha256(('k' || i)::bytea), sha256(('f' || i)::bytea), '\\x', 0, 0, 1, 0
+        FROM generate_series(0, 15) i;
+    INSERT INTO tollgate_alert_rules (account_id, rule_id, kind, threshold, created_floor_us,
+        created_submicro_ns, from_seq, refused_at_seq, ordinal)
+        SELECT 'acct-' || i, 'rule-' || i, 'acquire_refused', NULL, 0, 0, 0, NULL, 1
+        FROM generate_series(0, 15) i;
+    INSERT INTO tollgate_outbox_cursors (account_id, seq, credited, available, reserved, consumed, overage,
+        billed, next_fence)
+        SELECT 'acct-' || i, 0, 0, 0, 0, 0, 0, 0, 1 FROM generate_series(0, 15) i;
+    INSERT INTO tollgate_webhook_events (account_id, event_id, event_type, body, created_floor_us,
+        created_submicro_ns)
+        SELECT 'acct-' || i, 'evt-' || i, 'credit.received', '{}', 0, 0 FROM generate_series(0, 15) i;
+    INSERT INTO tollgate_webhook_deliveries (account_id, delivery_id, endpoint_id, event_id, event_type,
+        state, attempts, next_attempt_floor_us, next_attempt_submicro_ns, created_floor_us, created_submicro_ns)
+        SELECT 'acct-' || i, 'dlv-' || i, 'whe-1', 'evt-' || i, 'credit.received', 'pending', 0, 0, 0, 0, 0
         FROM generate_series(0, 15) i;
     ANALYZE;
 ";

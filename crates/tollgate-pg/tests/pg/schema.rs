@@ -302,7 +302,11 @@ async fn active_expiry_index_covers_both_components() {
 ///   small and never written after 0020, so replicating it keeps that lookup
 ///   local wherever it runs.
 /// - `tollgate_settings`: deployment-wide settings, of no account.
-const GLOBAL_TABLES: [&str; 2] = ["tollgate_legacy_credential_keys", "tollgate_settings"];
+/// - `tollgate_webhook_endpoints` (0024): the deployment's webhook endpoints,
+///   of no account; few (`ENDPOINTS_MAX`) and written only by operators. No
+///   foreign key joins it to a per-account table: deliveries name their
+///   endpoint, and the store deletes them with it.
+const GLOBAL_TABLES: [&str; 3] = ["tollgate_legacy_credential_keys", "tollgate_settings", "tollgate_webhook_endpoints"];
 
 /// Every primary key, unique constraint and unique index of a per-account
 /// table (one with an `account_id` column that is not global) leads with
@@ -333,13 +337,19 @@ async fn every_key_of_a_per_account_table_leads_with_account_id() {
         leading,
         [
             "tollgate_accounts tollgate_accounts_pkey",
+            "tollgate_alert_rules tollgate_alert_rules_ordinal_key",
+            "tollgate_alert_rules tollgate_alert_rules_pkey",
             "tollgate_credentials tollgate_credentials_account_key_hash_key",
             "tollgate_credentials tollgate_credentials_pkey",
             "tollgate_credits tollgate_credits_pkey",
             "tollgate_idempotency_keys tollgate_idempotency_keys_pkey",
             "tollgate_journal tollgate_journal_pkey",
             "tollgate_leases tollgate_leases_pkey",
+            "tollgate_outbox_cursors tollgate_outbox_cursors_pkey",
             "tollgate_usage_events tollgate_usage_events_pkey",
+            "tollgate_webhook_deliveries tollgate_webhook_deliveries_event_endpoint_key",
+            "tollgate_webhook_deliveries tollgate_webhook_deliveries_pkey",
+            "tollgate_webhook_events tollgate_webhook_events_pkey",
         ]
         .map(|key| format!("{key} Some(\"account_id\")"))
     );
@@ -386,8 +396,8 @@ async fn every_key_of_a_per_account_table_leads_with_account_id() {
 #[test]
 fn catalogue_is_contiguous_from_1_and_forward_only() {
     let versions: Vec<i64> = MIGRATOR.iter().map(|m| m.version).collect();
-    assert_eq!(versions, (1..=23).collect::<Vec<i64>>());
-    assert_eq!(latest_version(), 23);
+    assert_eq!(versions, (1..=24).collect::<Vec<i64>>());
+    assert_eq!(latest_version(), 24);
     for migration in MIGRATOR.iter() {
         assert_eq!(migration.migration_type, MigrationType::Simple, "{}", migration.version);
         assert!(!migration.no_tx, "migration {} must run in a transaction", migration.version);
@@ -417,6 +427,7 @@ async fn apply_reports_each_version_once() {
             (21, "add usage event dimensions"),
             (22, "create account journal"),
             (23, "index active leases by account expiry"),
+            (24, "create alerts and webhooks"),
         ]
     );
 

@@ -8,13 +8,14 @@ use axum::http::{Method, StatusCode};
 use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 use tollgate_core::{
-    Credential, CreditEntry, Error, EventOutcome, GrantPolicy, IngestError, Lease, LeaseFilter, Page, PageRequest,
-    UnitDomain, UsageEvent,
+    AlertRule, Condition, Credential, CreditEntry, Error, EventOutcome, EventType, GrantPolicy, IngestError, Lease,
+    LeaseFilter, Page, PageRequest, UnitDomain, UsageEvent,
 };
 use tollgate_server::Limits;
 use tollgate_store::{
-    AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, JournalPage,
-    LeaseHandle, ReclaimReport, Released, StorageStatus, Store, UsageSink, Verification,
+    AccountView, AttemptResult, CheckReport, ClaimedDelivery, Consolidated, CreditReceipt, Delivery, Idempotency,
+    IssuedCredential, IssuedLease, JournalPage, LeaseHandle, Outbox, OutboxCounts, ReclaimReport, Released,
+    StorageStatus, Store, UsageSink, Verification, WebhookEndpoint,
 };
 
 use crate::support::{App, As, assert_error, start};
@@ -68,7 +69,7 @@ fn documented_routes() -> Vec<(Method, String, Option<bool>)> {
 async fn every_route_enforces_its_role() {
     let app = App::new();
     let routes = documented_routes();
-    assert_eq!(routes.iter().filter(|(_, _, role)| role.is_some()).count(), 21, "{routes:?}");
+    assert_eq!(routes.iter().filter(|(_, _, role)| role.is_some()).count(), 30, "{routes:?}");
     for (method, path, admin_only) in routes {
         let Some(admin_only) = admin_only else {
             let (status, _) = app.call(As::Nobody, method.clone(), &path, None).await;
@@ -736,6 +737,70 @@ impl Store for FaultyStore {
         self.fail().await
     }
     async fn pin_reclaim_grace(&self, _: bool) -> Result<(), Error> {
+        self.fail().await
+    }
+}
+
+#[async_trait]
+impl Outbox for FaultyStore {
+    async fn create_alert_rule(&self, _: &str, _: Condition, _: Timestamp) -> Result<AlertRule, Error> {
+        self.fail().await
+    }
+    async fn alert_rules(&self, _: &str) -> Result<Vec<AlertRule>, Error> {
+        self.fail().await
+    }
+    async fn delete_alert_rule(&self, _: &str, _: &str) -> Result<(), Error> {
+        self.fail().await
+    }
+    async fn create_endpoint(
+        &self,
+        _: &str,
+        _: &[EventType],
+        _: Vec<u8>,
+        _: Timestamp,
+    ) -> Result<WebhookEndpoint, Error> {
+        self.fail().await
+    }
+    async fn endpoints(&self) -> Result<Vec<WebhookEndpoint>, Error> {
+        self.fail().await
+    }
+    async fn delete_endpoint(&self, _: &str) -> Result<(), Error> {
+        self.fail().await
+    }
+    async fn rotate_endpoint_secret(
+        &self,
+        _: &str,
+        _: Vec<u8>,
+        _: Timestamp,
+        _: Timestamp,
+    ) -> Result<WebhookEndpoint, Error> {
+        self.fail().await
+    }
+    async fn note_refusal(&self, _: &str, _: Timestamp) -> Result<u32, Error> {
+        self.fail().await
+    }
+    async fn derive_events(&self, _: u32) -> Result<u32, Error> {
+        self.fail().await
+    }
+    async fn claim_deliveries(
+        &self,
+        _: Timestamp,
+        _: u32,
+        _: SignedDuration,
+        _: &[String],
+    ) -> Result<Vec<ClaimedDelivery>, Error> {
+        self.fail().await
+    }
+    async fn finish_delivery(&self, _: &str, _: u32, _: AttemptResult, _: Timestamp) -> Result<bool, Error> {
+        self.fail().await
+    }
+    async fn deliveries(&self, _: &str, _: &PageRequest) -> Result<Page<Delivery>, Error> {
+        self.fail().await
+    }
+    async fn redeliver(&self, _: &str, _: &str, _: Timestamp) -> Result<Delivery, Error> {
+        self.fail().await
+    }
+    async fn outbox_counts(&self) -> Result<OutboxCounts, Error> {
         self.fail().await
     }
 }

@@ -14,4 +14,5 @@ mod scoped;
 mod store_metrics;
 mod support;
 mod usage_queries;
+mod webhooks;
 mod worker;

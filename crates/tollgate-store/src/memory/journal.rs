@@ -111,6 +111,17 @@ impl Journals {
         self.push(&change.account_id, change.kind, change.deltas, StoredIds::other(change.ids), now);
     }
 
+    /// How many entries `account_id` has: the sequence number of its latest.
+    pub(super) fn len(&self, account_id: &str) -> u64 {
+        self.entries.get(account_id).map_or(0, |entries| entries.len() as u64)
+    }
+
+    /// The latest entry of `account_id`.
+    pub(super) fn last(&self, account_id: &str) -> Option<Entry> {
+        let entries = self.entries.get(account_id)?;
+        entries.last().map(|stored| stored.entry(account_id, entries.len() as u64))
+    }
+
     /// Entries `after + 1 ..` of `account_id`, at most `count` of them.
     fn read(&self, account_id: &str, after: u64, count: usize) -> Vec<Entry> {
         let entries = self.entries.get(account_id).map(Vec::as_slice).unwrap_or(&[]);
@@ -141,16 +152,31 @@ impl ReclaimTouched {
 
 impl State {
     /// Stores the core's new counters for an existing account and journals
-    /// the change, if there is one, at `now`.
+    /// the change, if there is one, at `now`, deriving its events.
     pub(super) fn put_account(&mut self, account: Account, kind: EntryKind, ids: StoredIds, now: Timestamp) {
         let Some(stored) = self.accounts.get_mut(&account.account_id) else {
             self.accounts.insert(account.account_id.clone(), account);
             return;
         };
-        let deltas = changed(stored, &account);
-        *stored = account;
-        if let Some(deltas) = deltas {
-            self.journals.push(&stored.account_id, kind, deltas, ids, now);
+        let Some(deltas) = changed(stored, &account) else {
+            *stored = account;
+            return;
+        };
+        let before = std::mem::replace(stored, account).counters();
+        self.journals.push(&stored.account_id, kind, deltas, ids, now);
+        if self.outbox.derives_for(&stored.account_id) {
+            let account_id = stored.account_id.clone();
+            self.derive_last(&account_id, before);
+        }
+    }
+
+    /// Journals `change` of an account whose counters were `before` it, and
+    /// derives its events.
+    pub(super) fn record(&mut self, change: Change, before: [u64; COUNTERS], now: Timestamp) {
+        let account_id = self.outbox.derives_for(&change.account_id).then(|| change.account_id.clone());
+        self.journals.record(change, now);
+        if let Some(account_id) = account_id {
+            self.derive_last(&account_id, before);
         }
     }
 
@@ -159,7 +185,7 @@ impl State {
         for (account_id, (before, leases)) in touched.accounts {
             let Some(after) = self.accounts.get(&account_id) else { continue };
             if let Some(change) = Change::between(EntryKind::Reclaim, &before, after, EntryIds::reclaim(leases)) {
-                self.journals.record(change, now);
+                self.record(change, before.counters(), now);
             }
         }
     }

@@ -13,3 +13,4 @@ mod startup;
 mod support;
 mod walk;
 mod walkthrough;
+mod webhooks;

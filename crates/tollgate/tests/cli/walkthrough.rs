@@ -125,6 +125,8 @@ async fn the_walkthrough_runs_as_written() {
         "reclaim",
         r#""ok": true"#,
         r#""code": "forbidden""#,
+        r#""type":"balance.threshold_crossed""#,
+        "signature verified for event",
     ] {
         assert!(stdout.contains(expected), "the walkthrough's output lacks {expected}:\n{stdout}");
     }

@@ -1,0 +1,228 @@
+//! Alert rules, webhook endpoints and their delivery logs (admin routes),
+//! and the hook that reports refused acquires to the outbox.
+//!
+//! An endpoint's secret is generated here, sealed with the server's webhook
+//! key before the store sees it, and shown in the one answer that created
+//! (or rotated) it.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use jiff::{SignedDuration, Timestamp};
+use tollgate_api::{
+    AlertRuleBody, AlertRulesBody, CreateAlertRuleRequest, CreateWebhookRequest, DeliveryBody, ErrorBody, PageBody,
+    RotateSecretRequest, WebhookEndpointBody, WebhookEndpointsBody,
+};
+use tollgate_core::alerts::validate_url;
+use tollgate_core::{Condition, Error, EventType};
+use tollgate_store::{IssuedEndpoint, WebhookKey, new_webhook_secret};
+
+use super::listings::PageParams;
+use super::{ApiResult, json};
+use crate::AppState;
+use crate::auth::AdminAuth;
+use crate::extract::{ApiJson, ApiPath, QueryParams};
+
+/// How long a replaced secret still signs unless the request says.
+const OVERLAP_DEFAULT_S: u64 = 86_400;
+/// The longest overlap a rotation may ask for: a week.
+const OVERLAP_MAX_S: u64 = 7 * 86_400;
+
+/// Reports a refused acquire to the outbox. The refusal is the answer
+/// either way: a failure to record it is logged, never returned.
+pub(crate) async fn note_refusal(state: &AppState, account_id: &str, now: Timestamp) {
+    if let Err(error) = state.store().note_refusal(account_id, now).await {
+        tracing::warn!(code = error.code(), %error, "cannot record a refused acquire for alert rules");
+    }
+}
+
+fn key(state: &AppState) -> Result<&WebhookKey, Error> {
+    state.webhooks().key.as_ref().ok_or(Error::WebhookKeyMissing)
+}
+
+/// Creates an alert rule of the account. It judges only changes after its
+/// creation: it fires once when its condition becomes true, and a balance
+/// rule emits `balance.recovered` once when it becomes false again.
+#[utoipa::path(
+    post, path = "/v1/accounts/{account_id}/alert-rules", tag = "alerts",
+    params(("account_id" = String, Path)),
+    request_body = CreateAlertRuleRequest,
+    responses(
+        (status = 201, description = "The new rule", body = AlertRuleBody),
+        (status = 400, description = "`invalid_condition` or bad body", body = ErrorBody),
+        (status = 404, description = "`account_not_found`", body = ErrorBody),
+        (status = 409, description = "`too_many_rules`: at most 20 per account", body = ErrorBody),
+    ),
+)]
+pub(crate) async fn create_alert_rule(
+    _: AdminAuth,
+    State(state): State<AppState>,
+    ApiPath(account_id): ApiPath<String>,
+    ApiJson(body): ApiJson<CreateAlertRuleRequest>,
+) -> ApiResult {
+    let condition = Condition::parse(&body.condition, body.threshold)?;
+    let rule = state.store().create_alert_rule(&account_id, condition, state.now()).await?;
+    json(StatusCode::CREATED, AlertRuleBody::from(&rule))
+}
+
+/// The account's alert rules, oldest first.
+#[utoipa::path(
+    get, path = "/v1/accounts/{account_id}/alert-rules", tag = "alerts",
+    params(("account_id" = String, Path)),
+    responses(
+        (status = 200, description = "The rules", body = AlertRulesBody),
+        (status = 404, description = "`account_not_found`", body = ErrorBody),
+    ),
+)]
+pub(crate) async fn list_alert_rules(
+    _: AdminAuth,
+    State(state): State<AppState>,
+    ApiPath(account_id): ApiPath<String>,
+) -> ApiResult {
+    let rules = state.store().alert_rules(&account_id).await?;
+    json(StatusCode::OK, AlertRulesBody { rules: rules.iter().map(AlertRuleBody::from).collect() })
+}
+
+/// Deletes an alert rule; it emits nothing more.
+#[utoipa::path(
+    delete, path = "/v1/accounts/{account_id}/alert-rules/{rule_id}", tag = "alerts",
+    params(("account_id" = String, Path), ("rule_id" = String, Path)),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, description = "`account_not_found` or `rule_not_found`", body = ErrorBody),
+    ),
+)]
+pub(crate) async fn delete_alert_rule(
+    _: AdminAuth,
+    State(state): State<AppState>,
+    ApiPath((account_id, rule_id)): ApiPath<(String, String)>,
+) -> ApiResult {
+    state.store().delete_alert_rule(&account_id, &rule_id).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Creates a webhook endpoint. The answer shows its signing secret, once.
+/// Events whose cause is older than the endpoint are not sent to it.
+#[utoipa::path(
+    post, path = "/v1/webhooks", tag = "webhooks",
+    request_body = CreateWebhookRequest,
+    responses(
+        (status = 201, description = "The new endpoint with its secret", body = WebhookEndpointBody),
+        (status = 400, description = "`invalid_webhook_url`, `invalid_event_types` or bad body", body = ErrorBody),
+        (status = 409, description = "`too_many_endpoints` (at most 50) or `webhook_key_missing`", body = ErrorBody),
+    ),
+)]
+pub(crate) async fn create_endpoint(
+    _: AdminAuth,
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<CreateWebhookRequest>,
+) -> ApiResult {
+    validate_url(&body.url)?;
+    let event_types = EventType::parse_list(body.event_types.iter().map(String::as_str))?;
+    let secret = new_webhook_secret();
+    let sealed = key(&state)?.seal(&secret);
+    let endpoint = state.store().create_endpoint(&body.url, &event_types, sealed, state.now()).await?;
+    json(StatusCode::CREATED, WebhookEndpointBody::from(&IssuedEndpoint { endpoint, secret }))
+}
+
+/// Every webhook endpoint, oldest first, without secrets.
+#[utoipa::path(
+    get, path = "/v1/webhooks", tag = "webhooks",
+    responses((status = 200, description = "The endpoints", body = WebhookEndpointsBody)),
+)]
+pub(crate) async fn list_endpoints(_: AdminAuth, State(state): State<AppState>) -> ApiResult {
+    let endpoints = state.store().endpoints().await?;
+    json(StatusCode::OK, WebhookEndpointsBody { endpoints: endpoints.iter().map(WebhookEndpointBody::from).collect() })
+}
+
+/// Deletes an endpoint with its deliveries; nothing more is sent to it.
+#[utoipa::path(
+    delete, path = "/v1/webhooks/{endpoint_id}", tag = "webhooks",
+    params(("endpoint_id" = String, Path)),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, description = "`endpoint_not_found`", body = ErrorBody),
+    ),
+)]
+pub(crate) async fn delete_endpoint(
+    _: AdminAuth,
+    State(state): State<AppState>,
+    ApiPath(endpoint_id): ApiPath<String>,
+) -> ApiResult {
+    state.store().delete_endpoint(&endpoint_id).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Replaces the endpoint's secret and shows the new one, once. Until the
+/// overlap ends, each delivery carries a signature by each secret, so a
+/// receiver can switch without refusing a delivery.
+#[utoipa::path(
+    post, path = "/v1/webhooks/{endpoint_id}/rotate-secret", tag = "webhooks",
+    params(("endpoint_id" = String, Path)),
+    request_body = RotateSecretRequest,
+    responses(
+        (status = 200, description = "The endpoint with its new secret", body = WebhookEndpointBody),
+        (status = 400, description = "`invalid_overlap` or bad body", body = ErrorBody),
+        (status = 404, description = "`endpoint_not_found`", body = ErrorBody),
+        (status = 409, description = "`webhook_key_missing`", body = ErrorBody),
+    ),
+)]
+pub(crate) async fn rotate_secret(
+    _: AdminAuth,
+    State(state): State<AppState>,
+    ApiPath(endpoint_id): ApiPath<String>,
+    ApiJson(body): ApiJson<RotateSecretRequest>,
+) -> ApiResult {
+    let overlap = body.overlap_seconds.unwrap_or(OVERLAP_DEFAULT_S);
+    if overlap > OVERLAP_MAX_S {
+        return Err(Error::InvalidOverlap { max: OVERLAP_MAX_S }.into());
+    }
+    let now = state.now();
+    let until = now.checked_add(SignedDuration::from_secs(overlap.cast_signed())).unwrap_or(Timestamp::MAX);
+    let secret = new_webhook_secret();
+    let sealed = key(&state)?.seal(&secret);
+    let endpoint = state.store().rotate_endpoint_secret(&endpoint_id, sealed, until, now).await?;
+    json(StatusCode::OK, WebhookEndpointBody::from(&IssuedEndpoint { endpoint, secret }))
+}
+
+/// The endpoint's deliveries, oldest first: each one's state, attempts,
+/// last error and next attempt.
+#[utoipa::path(
+    get, path = "/v1/webhooks/{endpoint_id}/deliveries", tag = "webhooks",
+    params(("endpoint_id" = String, Path), PageParams),
+    responses(
+        (status = 200, description = "One page of deliveries", body = PageBody<DeliveryBody>),
+        (status = 400, description = "`invalid_limit`, `invalid_cursor` or `invalid_query`", body = ErrorBody),
+        (status = 404, description = "`endpoint_not_found`", body = ErrorBody),
+    ),
+)]
+pub(crate) async fn list_deliveries(
+    _: AdminAuth,
+    State(state): State<AppState>,
+    ApiPath(endpoint_id): ApiPath<String>,
+    query: QueryParams,
+) -> ApiResult {
+    let query = query.only(&["cursor", "limit"])?;
+    let page = query.page()?;
+    let deliveries = state.store().deliveries(&endpoint_id, &page).await?;
+    json(StatusCode::OK, PageBody::<DeliveryBody>::of(&deliveries))
+}
+
+/// Makes a delivery due now, whatever its state: the event is sent again,
+/// with the same event id for the receiver's dedupe.
+#[utoipa::path(
+    post, path = "/v1/webhooks/{endpoint_id}/deliveries/{delivery_id}/redeliver", tag = "webhooks",
+    params(("endpoint_id" = String, Path), ("delivery_id" = String, Path)),
+    responses(
+        (status = 202, description = "The delivery, due now", body = DeliveryBody),
+        (status = 404, description = "`delivery_not_found`", body = ErrorBody),
+    ),
+)]
+pub(crate) async fn redeliver(
+    _: AdminAuth,
+    State(state): State<AppState>,
+    ApiPath((endpoint_id, delivery_id)): ApiPath<(String, String)>,
+) -> ApiResult {
+    let delivery = state.store().redeliver(&endpoint_id, &delivery_id, state.now()).await?;
+    json(StatusCode::ACCEPTED, DeliveryBody::from(&delivery))
+}

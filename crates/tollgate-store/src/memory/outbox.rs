@@ -1,0 +1,402 @@
+//! The memory store's alert rules, endpoints and deliveries.
+//!
+//! Events are derived in the critical section that journals their entry
+//! ([`State::derive_last`]), from the counters before the entry, so the
+//! outbox and the change it reports are one step. While there is no rule of
+//! the account and no endpoint at all, deriving is skipped: it could emit
+//! nothing.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use jiff::{SignedDuration, Timestamp};
+use tollgate_core::alerts::{ENDPOINTS_MAX, RULES_PER_ACCOUNT_MAX, refusal_events, validate_url};
+use tollgate_core::{AlertRule, COUNTERS, Condition, Error, Event, EventType, Listing, Page, PageRequest};
+
+use super::{MemoryStore, State};
+use crate::outbox::{
+    AttemptResult, ClaimedDelivery, Delivery, DeliveryState, Outbox, OutboxCounts, WebhookEndpoint, derive_entries,
+    event_body, new_delivery_id, new_endpoint_id, new_rule_id,
+};
+
+#[derive(Default)]
+pub(super) struct OutboxState {
+    /// Each account's rules, oldest first.
+    rules: HashMap<String, Vec<AlertRule>>,
+    /// Oldest first.
+    endpoints: Vec<EndpointRecord>,
+    deliveries: BTreeMap<String, DeliveryRecord>,
+    /// Pending deliveries by `(next attempt, delivery id)`.
+    due: BTreeSet<(Timestamp, String)>,
+    /// Every delivery by `(endpoint id, delivery id)`, the log's order.
+    by_endpoint: BTreeSet<(String, String)>,
+}
+
+struct EndpointRecord {
+    endpoint: WebhookEndpoint,
+    secret: Vec<u8>,
+    previous_secret: Option<Vec<u8>>,
+}
+
+struct DeliveryRecord {
+    delivery: Delivery,
+    body: Arc<str>,
+}
+
+impl OutboxState {
+    /// Whether an entry of `account_id` can emit anything: the account has a
+    /// rule, or some endpoint exists.
+    pub(super) fn derives_for(&self, account_id: &str) -> bool {
+        !self.endpoints.is_empty() || self.rules.get(account_id).is_some_and(|rules| !rules.is_empty())
+    }
+
+    fn endpoint_mut(&mut self, endpoint_id: &str) -> Result<&mut EndpointRecord, Error> {
+        self.endpoints
+            .iter_mut()
+            .find(|record| record.endpoint.endpoint_id == endpoint_id)
+            .ok_or(Error::EndpointNotFound)
+    }
+
+    /// Keeps `event` with one pending delivery per endpoint that wants it,
+    /// if any does.
+    fn fan_out(&mut self, event: &Event) {
+        let wanting: Vec<String> = self
+            .endpoints
+            .iter()
+            .filter(|record| record.endpoint.wants(event))
+            .map(|record| record.endpoint.endpoint_id.clone())
+            .collect();
+        if wanting.is_empty() {
+            return;
+        }
+        let body: Arc<str> = event_body(event).into();
+        for endpoint_id in wanting {
+            let delivery_id = new_delivery_id(event.at);
+            let delivery = Delivery {
+                delivery_id: delivery_id.clone(),
+                endpoint_id: endpoint_id.clone(),
+                event_id: event.event_id.clone(),
+                event_type: event.event_type,
+                account_id: event.account_id.clone(),
+                state: DeliveryState::Pending,
+                attempts: 0,
+                next_attempt_at: Some(event.at),
+                last_error: None,
+                last_status: None,
+                created_at: event.at,
+                delivered_at: None,
+            };
+            self.due.insert((event.at, delivery_id.clone()));
+            self.by_endpoint.insert((endpoint_id, delivery_id.clone()));
+            self.deliveries.insert(delivery_id, DeliveryRecord { delivery, body: body.clone() });
+        }
+    }
+
+    fn claim(&mut self, delivery_id: &str, now: Timestamp, claim_for: SignedDuration) -> Option<ClaimedDelivery> {
+        let record = self.deliveries.get_mut(delivery_id)?;
+        let delivery = &mut record.delivery;
+        let lapses = now.checked_add(claim_for).unwrap_or(Timestamp::MAX);
+        delivery.attempts += 1;
+        delivery.next_attempt_at = Some(lapses);
+        self.due.insert((lapses, delivery_id.to_owned()));
+        let endpoint = self.endpoints.iter().find(|e| e.endpoint.endpoint_id == record.delivery.endpoint_id)?;
+        let previous = endpoint
+            .previous_secret
+            .as_ref()
+            .filter(|_| endpoint.endpoint.previous_secret_until.is_some_and(|until| until > now));
+        Some(ClaimedDelivery {
+            delivery_id: delivery_id.to_owned(),
+            endpoint_id: endpoint.endpoint.endpoint_id.clone(),
+            event_id: record.delivery.event_id.clone(),
+            attempt: record.delivery.attempts,
+            url: endpoint.endpoint.url.clone(),
+            sealed_secrets: std::iter::once(&endpoint.secret).chain(previous).cloned().collect(),
+            body: record.body.to_string(),
+            created_at: record.delivery.created_at,
+        })
+    }
+
+    fn finish(&mut self, delivery_id: &str, attempt: u32, result: AttemptResult, now: Timestamp) -> bool {
+        let Some(record) = self.deliveries.get_mut(delivery_id) else { return false };
+        let delivery = &mut record.delivery;
+        if delivery.state != DeliveryState::Pending || delivery.attempts != attempt {
+            return false;
+        }
+        if let Some(due) = delivery.next_attempt_at.take() {
+            self.due.remove(&(due, delivery_id.to_owned()));
+        }
+        match result {
+            AttemptResult::Delivered { status } => {
+                delivery.state = DeliveryState::Delivered;
+                delivery.delivered_at = Some(now);
+                delivery.last_status = Some(status);
+                delivery.last_error = None;
+            }
+            AttemptResult::Retry { at, error, status } => {
+                delivery.next_attempt_at = Some(at);
+                delivery.last_error = Some(error);
+                delivery.last_status = status;
+                self.due.insert((at, delivery_id.to_owned()));
+            }
+            AttemptResult::Failed { error, status } => {
+                delivery.state = DeliveryState::Failed;
+                delivery.last_error = Some(error);
+                delivery.last_status = status;
+            }
+        }
+        true
+    }
+
+    fn remove_endpoint(&mut self, endpoint_id: &str) -> Result<(), Error> {
+        let index = self
+            .endpoints
+            .iter()
+            .position(|record| record.endpoint.endpoint_id == endpoint_id)
+            .ok_or(Error::EndpointNotFound)?;
+        self.endpoints.remove(index);
+        let start = (endpoint_id.to_owned(), String::new());
+        let owned: Vec<(String, String)> =
+            self.by_endpoint.range(start..).take_while(|(owner, _)| owner == endpoint_id).cloned().collect();
+        for key in owned {
+            self.by_endpoint.remove(&key);
+            if let Some(record) = self.deliveries.remove(&key.1)
+                && let Some(due) = record.delivery.next_attempt_at
+            {
+                self.due.remove(&(due, key.1));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl State {
+    /// Derives the events of `account_id`'s latest journal entry, whose
+    /// counters before it were `before`.
+    pub(super) fn derive_last(&mut self, account_id: &str, before: [u64; COUNTERS]) {
+        let outbox = &mut self.outbox;
+        if !outbox.derives_for(account_id) {
+            return;
+        }
+        let Some(entry) = self.journals.last(account_id) else { return };
+        let rules = outbox.rules.entry(account_id.to_owned()).or_default();
+        // The entry was made from `before` by this very step, so its deltas
+        // always apply; a failure would be a bug in the memory store itself.
+        let Ok((_, events)) = derive_entries(rules, before, std::slice::from_ref(&entry)) else {
+            debug_assert!(false, "a memory journal entry does not apply to its own counters");
+            return;
+        };
+        for event in &events {
+            outbox.fan_out(event);
+        }
+    }
+
+    fn note_refusal(&mut self, account_id: &str, now: Timestamp) -> Result<u32, Error> {
+        let counters = self.account(account_id)?.counters();
+        let seq = self.journals.len(account_id);
+        let outbox = &mut self.outbox;
+        let Some(rules) = outbox.rules.get_mut(account_id) else { return Ok(0) };
+        let nonce = uuid::Uuid::new_v4().simple().to_string();
+        let events = refusal_events(rules, account_id, seq, &counters, now, &nonce);
+        for rule in rules.iter_mut().filter(|rule| events.iter().any(|e| e.rule_id.as_ref() == Some(&rule.rule_id))) {
+            rule.refused_at_seq = Some(seq);
+        }
+        for event in &events {
+            outbox.fan_out(event);
+        }
+        Ok(u32::try_from(events.len()).unwrap_or(u32::MAX))
+    }
+
+    fn deliveries_page(&self, endpoint_id: &str, page: &PageRequest) -> Result<Page<Delivery>, Error> {
+        let listing = Listing::deliveries(endpoint_id, page)?;
+        if !self.outbox.endpoints.iter().any(|record| record.endpoint.endpoint_id == endpoint_id) {
+            return Err(Error::EndpointNotFound);
+        }
+        let start = (endpoint_id.to_owned(), listing.after().unwrap_or("").to_owned());
+        let rows = self
+            .outbox
+            .by_endpoint
+            .range(start..)
+            .take_while(|(owner, _)| owner == endpoint_id)
+            .filter(|(_, id)| listing.is_after(id))
+            .take(listing.fetch())
+            .filter_map(|(_, id)| self.outbox.deliveries.get(id).map(|record| record.delivery.clone()))
+            .collect();
+        Ok(listing.page(rows, |delivery: &Delivery| delivery.delivery_id.as_str()))
+    }
+}
+
+#[async_trait]
+impl Outbox for MemoryStore {
+    async fn create_alert_rule(
+        &self,
+        account_id: &str,
+        condition: Condition,
+        now: Timestamp,
+    ) -> Result<AlertRule, Error> {
+        let mut state = self.lock();
+        state.account(account_id)?;
+        let from_seq = state.journals.len(account_id);
+        let rules = state.outbox.rules.entry(account_id.to_owned()).or_default();
+        if rules.len() >= RULES_PER_ACCOUNT_MAX {
+            return Err(Error::TooManyRules { max: RULES_PER_ACCOUNT_MAX });
+        }
+        let rule = AlertRule {
+            rule_id: new_rule_id(),
+            account_id: account_id.to_owned(),
+            condition,
+            created_at: now,
+            from_seq,
+            refused_at_seq: None,
+        };
+        rules.push(rule.clone());
+        Ok(rule)
+    }
+
+    async fn alert_rules(&self, account_id: &str) -> Result<Vec<AlertRule>, Error> {
+        let state = self.lock();
+        state.account(account_id)?;
+        Ok(state.outbox.rules.get(account_id).cloned().unwrap_or_default())
+    }
+
+    async fn delete_alert_rule(&self, account_id: &str, rule_id: &str) -> Result<(), Error> {
+        let mut state = self.lock();
+        state.account(account_id)?;
+        let rules = state.outbox.rules.get_mut(account_id).ok_or(Error::RuleNotFound)?;
+        let index = rules.iter().position(|rule| rule.rule_id == rule_id).ok_or(Error::RuleNotFound)?;
+        rules.remove(index);
+        Ok(())
+    }
+
+    async fn create_endpoint(
+        &self,
+        url: &str,
+        event_types: &[EventType],
+        sealed_secret: Vec<u8>,
+        now: Timestamp,
+    ) -> Result<WebhookEndpoint, Error> {
+        validate_url(url)?;
+        if event_types.is_empty() {
+            return Err(Error::InvalidEventTypes);
+        }
+        let mut state = self.lock();
+        if state.outbox.endpoints.len() >= ENDPOINTS_MAX {
+            return Err(Error::TooManyEndpoints { max: ENDPOINTS_MAX });
+        }
+        let endpoint = WebhookEndpoint {
+            endpoint_id: new_endpoint_id(),
+            url: url.to_owned(),
+            event_types: event_types.to_vec(),
+            created_at: now,
+            rotated_at: None,
+            previous_secret_until: None,
+        };
+        let record = EndpointRecord { endpoint: endpoint.clone(), secret: sealed_secret, previous_secret: None };
+        state.outbox.endpoints.push(record);
+        Ok(endpoint)
+    }
+
+    async fn endpoints(&self) -> Result<Vec<WebhookEndpoint>, Error> {
+        Ok(self.lock().outbox.endpoints.iter().map(|record| record.endpoint.clone()).collect())
+    }
+
+    async fn delete_endpoint(&self, endpoint_id: &str) -> Result<(), Error> {
+        self.lock().outbox.remove_endpoint(endpoint_id)
+    }
+
+    async fn rotate_endpoint_secret(
+        &self,
+        endpoint_id: &str,
+        sealed_secret: Vec<u8>,
+        previous_until: Timestamp,
+        now: Timestamp,
+    ) -> Result<WebhookEndpoint, Error> {
+        let mut state = self.lock();
+        let record = state.outbox.endpoint_mut(endpoint_id)?;
+        record.previous_secret = Some(std::mem::replace(&mut record.secret, sealed_secret));
+        record.endpoint.previous_secret_until = Some(previous_until);
+        record.endpoint.rotated_at = Some(now);
+        Ok(record.endpoint.clone())
+    }
+
+    async fn note_refusal(&self, account_id: &str, now: Timestamp) -> Result<u32, Error> {
+        self.lock().note_refusal(account_id, now)
+    }
+
+    /// Events are derived as entries are journaled, so none are left here.
+    async fn derive_events(&self, _limit: u32) -> Result<u32, Error> {
+        Ok(0)
+    }
+
+    async fn claim_deliveries(
+        &self,
+        now: Timestamp,
+        limit: u32,
+        claim_for: SignedDuration,
+        skip: &[String],
+    ) -> Result<Vec<ClaimedDelivery>, Error> {
+        let mut state = self.lock();
+        let outbox = &mut state.outbox;
+        let skipped =
+            |id: &String| outbox.deliveries.get(id).is_some_and(|record| skip.contains(&record.delivery.endpoint_id));
+        let due: Vec<(Timestamp, String)> = outbox
+            .due
+            .iter()
+            .take_while(|(at, _)| *at <= now)
+            .filter(|(_, id)| !skipped(id))
+            .take(limit as usize)
+            .cloned()
+            .collect();
+        let mut claimed = Vec::with_capacity(due.len());
+        for key in due {
+            outbox.due.remove(&key);
+            claimed.extend(outbox.claim(&key.1, now, claim_for));
+        }
+        Ok(claimed)
+    }
+
+    async fn finish_delivery(
+        &self,
+        delivery_id: &str,
+        attempt: u32,
+        result: AttemptResult,
+        now: Timestamp,
+    ) -> Result<bool, Error> {
+        Ok(self.lock().outbox.finish(delivery_id, attempt, result, now))
+    }
+
+    async fn deliveries(&self, endpoint_id: &str, page: &PageRequest) -> Result<Page<Delivery>, Error> {
+        self.lock().deliveries_page(endpoint_id, page)
+    }
+
+    async fn redeliver(&self, endpoint_id: &str, delivery_id: &str, now: Timestamp) -> Result<Delivery, Error> {
+        let mut state = self.lock();
+        let outbox = &mut state.outbox;
+        let record = outbox
+            .deliveries
+            .get_mut(delivery_id)
+            .filter(|record| record.delivery.endpoint_id == endpoint_id)
+            .ok_or(Error::DeliveryNotFound)?;
+        let delivery = &mut record.delivery;
+        if let Some(due) = delivery.next_attempt_at.replace(now) {
+            outbox.due.remove(&(due, delivery_id.to_owned()));
+        }
+        delivery.state = DeliveryState::Pending;
+        delivery.delivered_at = None;
+        outbox.due.insert((now, delivery_id.to_owned()));
+        Ok(delivery.clone())
+    }
+
+    async fn outbox_counts(&self) -> Result<OutboxCounts, Error> {
+        let state = self.lock();
+        let mut counts = OutboxCounts::default();
+        for record in state.outbox.deliveries.values() {
+            match record.delivery.state {
+                DeliveryState::Pending => counts.pending += 1,
+                DeliveryState::Delivered => counts.delivered += 1,
+                DeliveryState::Failed => counts.failed += 1,
+            }
+        }
+        Ok(counts)
+    }
+}
