@@ -73,7 +73,17 @@ pub struct LoadConfig {
     /// When set, the accounts are created and credited first
     /// through the admin routes (an existing account is fine).
     pub admin_token: Option<String>,
+    /// With the admin token: each account the load creates gets one
+    /// `available_below` alert rule, which the load never crosses, and the
+    /// first creation adds a webhook endpoint for balance events, so that
+    /// every change is judged against a rule as a deployment with alerts is.
+    pub alert_rules: bool,
 }
+
+/// Where the benchmark's webhook endpoint points: the discard port. No
+/// event is ever sent there, since no rule is crossed.
+const BENCH_WEBHOOK: &str =
+    r#"{"url":"http://127.0.0.1:9/hook","event_types":["balance.threshold_crossed","balance.recovered"]}"#;
 
 pub struct LoadReport {
     pub requests_per_second: f64,
@@ -124,12 +134,32 @@ async fn create_accounts(config: &LoadConfig, admin_token: &str) -> anyhow::Resu
         if status != 201 && status != 409 {
             bail!("creating {account}: {status} {}", String::from_utf8_lossy(&body));
         }
+        if status == 201 && config.alert_rules {
+            add_alert_rule(&mut sender, admin_token, &account, index == 0).await?;
+        }
         let path = format!("/v1/accounts/{account}/credits");
         let (status, body) =
             post_json(&mut sender, admin_token, &path, r#"{"credit_id":"bench","units":1000000000000}"#.to_owned())
                 .await?;
         if status != 201 && status != 200 {
             bail!("crediting {account}: {status} {}", String::from_utf8_lossy(&body));
+        }
+    }
+    Ok(())
+}
+
+/// One alert rule on a new account, and the endpoint with the first one.
+async fn add_alert_rule(sender: &mut Sender, admin_token: &str, account: &str, first: bool) -> anyhow::Result<()> {
+    let path = format!("/v1/accounts/{account}/alert-rules");
+    let rule = r#"{"condition":"available_below","threshold":1000}"#.to_owned();
+    let (status, body) = post_json(sender, admin_token, &path, rule).await?;
+    if status != 201 {
+        bail!("adding an alert rule to {account}: {status} {}", String::from_utf8_lossy(&body));
+    }
+    if first {
+        let (status, body) = post_json(sender, admin_token, "/v1/webhooks", BENCH_WEBHOOK.to_owned()).await?;
+        if status != 201 {
+            bail!("adding the webhook endpoint: {status} {}", String::from_utf8_lossy(&body));
         }
     }
     Ok(())

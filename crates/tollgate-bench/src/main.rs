@@ -121,6 +121,10 @@ enum Command {
         /// Creates and credits the accounts first when given.
         #[arg(long)]
         admin_token: Option<String>,
+        /// With --admin-token: one alert rule on each account it creates,
+        /// and a webhook endpoint.
+        #[arg(long, requires = "admin_token")]
+        alert_rules: bool,
     },
     /// Drives a realistic gateway workload against a running server.
     Gateway(gateway::GatewayArgs),
@@ -168,7 +172,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
             println!("{}", pg::reclaim(&database_url, side, batch, &seed_sql, &baseline_sql).await?.line());
         }
         Command::BaselineServer { listen } => http::baseline_server(listen).await?,
-        Command::HttpLoad { addresses, connections, accounts, seconds, gateway_token, admin_token } => {
+        Command::HttpLoad { addresses, connections, accounts, seconds, gateway_token, admin_token, alert_rules } => {
             let config = http::LoadConfig {
                 addresses,
                 connections,
@@ -176,6 +180,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
                 duration: Duration::from_secs_f64(seconds),
                 gateway_token,
                 admin_token,
+                alert_rules,
             };
             let report = http::load(config).await?;
             println!("{:.3} - {} {}", report.requests_per_second, report.p50_us, report.p99_us);

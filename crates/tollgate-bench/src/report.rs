@@ -99,7 +99,7 @@ const PAIRS: &[Pair] = &[
         path: "Memory lease cycle",
         unit: "cycles/s",
         target: 0.50,
-        tollgate: "`MemoryStore` acquire + release, one thread",
+        tollgate: "`MemoryStore` acquire + release, one thread, an alert rule on every account",
         baseline: "`HashMap` model (`crates/tollgate-bench/src/model.rs`)",
     },
     Pair {
@@ -107,7 +107,7 @@ const PAIRS: &[Pair] = &[
         path: "Memory ingestion",
         unit: "events/s",
         target: 0.50,
-        tollgate: "`MemoryStore::ingest`, batches of 1000",
+        tollgate: "`MemoryStore::ingest`, batches of 1000, an alert rule on every account",
         baseline: "the same `HashMap` model",
     },
     Pair {
@@ -115,7 +115,7 @@ const PAIRS: &[Pair] = &[
         path: "HTTP",
         unit: "requests/s",
         target: 0.60,
-        tollgate: "`tollgate serve` (memory), acquire + release, 64 keep-alive connections",
+        tollgate: "`tollgate serve` (memory), acquire + release, 64 keep-alive connections, an alert rule on every account",
         baseline: "axum handler parsing the same JSON, constant answer",
     },
     Pair {
@@ -123,7 +123,7 @@ const PAIRS: &[Pair] = &[
         path: "HTTP on PostgreSQL",
         unit: "requests/s",
         target: 0.60,
-        tollgate: "`tollgate serve --database-url` (16 database connections), acquire + release, 64 keep-alive connections, 1000 accounts",
+        tollgate: "`tollgate serve --database-url` (16 database connections, deriving webhook events), acquire + release, 64 keep-alive connections, 1000 accounts, an alert rule on each",
         baseline: "`pgbench -M prepared -c 16 -j 1`, `bench/sql/lease_cycle.sql`, each cycle's two statements counted as two requests",
     },
     Pair {

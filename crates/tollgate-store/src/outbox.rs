@@ -187,8 +187,11 @@ pub trait Outbox: Send + Sync {
     /// rule fires once and is disarmed. Returns how many events it emitted.
     async fn note_refusal(&self, account_id: &str, now: Timestamp) -> Result<u32, Error>;
     /// Derives the events of up to `limit` journal entries not yet derived.
-    /// Returns how many entries it derived; fewer than `limit` means none are
-    /// left. A store that derives as it journals derives nothing here.
+    /// Returns how many entries it derived; fewer than `limit` means none
+    /// that can be derived are left. An account whose entries do not apply
+    /// to its cursor is skipped, logged, and derived once repaired, so it
+    /// never stops the others. A store that derives as it journals derives
+    /// nothing here.
     async fn derive_events(&self, limit: u32) -> Result<u32, Error>;
     /// Claims up to `limit` deliveries due at `now` for one attempt each,
     /// earliest due first, passing over those of the endpoints in `skip`,

@@ -1,7 +1,9 @@
 //! The outbox on PostgreSQL alone: two servers (two pools on one database)
 //! claiming and deriving at once, a claim that lapses while its attempt is
 //! still out, a refusal that comes before the deriver reached the entry that
-//! re-armed its rule, and accounts that existed before migration 0024.
+//! re-armed its rule, accounts that existed before migration 0024, and
+//! accounts whose entries do not apply to their cursor, which derivation
+//! skips without stopping the others.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -307,4 +309,145 @@ async fn late_derivation_judges_entries_by_the_rules_and_endpoints_of_their_time
     ];
     assert_eq!(seen, expected.map(|(to, kind)| (to, kind.to_owned())));
     assert_ne!(late, early);
+}
+
+/// A store with an endpoint for credits and the accounts `ids`, each
+/// credited 100 and derived, so that each has an outbox cursor.
+async fn derived_accounts(ids: &[&str]) -> PostgresStore {
+    let s = PostgresStore::on_test_db(TestDb::create().await, policy()).await.expect("store");
+    endpoint(&s, "https://example.com/a", &[EventType::CreditReceived]).await;
+    for account_id in ids {
+        s.create_account(account_id).await.expect("account");
+        s.credit(account_id, "c1", 100, ts(1)).await.expect("credit");
+    }
+    assert_eq!(derive_all(&s).await, u32::try_from(ids.len()).expect("few"));
+    s
+}
+
+/// An account's cursor: its sequence number and `available`.
+async fn cursor(s: &PostgresStore, account_id: &str) -> (i64, i64) {
+    sqlx::query_as("SELECT seq, available FROM tollgate_outbox_cursors WHERE account_id = $1")
+        .bind(account_id)
+        .fetch_one(s.pool())
+        .await
+        .expect("cursor")
+}
+
+/// Sets `account_id`'s cursor's `available` (0 breaks it for an entry that
+/// takes from `available`).
+async fn set_cursor_available(s: &PostgresStore, account_id: &str, available: i64) {
+    sqlx::query("UPDATE tollgate_outbox_cursors SET available = $2 WHERE account_id = $1")
+        .bind(account_id)
+        .bind(available)
+        .execute(s.pool())
+        .await
+        .expect("cursor set");
+}
+
+async fn journal_seq(s: &PostgresStore, account_id: &str) -> i64 {
+    sqlx::query_scalar("SELECT journal_seq FROM tollgate_accounts WHERE account_id = $1")
+        .bind(account_id)
+        .fetch_one(s.pool())
+        .await
+        .expect("journal_seq")
+}
+
+/// An account's stored events and deliveries.
+async fn outbox_of(s: &PostgresStore, account_id: &str) -> (i64, i64) {
+    sqlx::query_as(
+        "SELECT (SELECT count(*) FROM tollgate_webhook_events WHERE account_id = $1), \
+                (SELECT count(*) FROM tollgate_webhook_deliveries WHERE account_id = $1)",
+    )
+    .bind(account_id)
+    .fetch_one(s.pool())
+    .await
+    .expect("counts")
+}
+
+/// Takes 40 from `available`: an entry that does not apply to a cursor
+/// holding 0.
+async fn acquire_40(s: &PostgresStore, account_id: &str, at: Timestamp) {
+    s.acquire(account_id, 40, SignedDuration::from_secs(60), at).await.expect("acquire");
+}
+
+/// `passes` derivation passes of bound `limit`, each one's answer.
+async fn passes(s: &PostgresStore, limit: u32, passes: usize) -> Vec<u32> {
+    let mut derived = Vec::with_capacity(passes);
+    for _ in 0..passes {
+        derived.push(s.derive_events(limit).await.expect("derived"));
+    }
+    derived
+}
+
+/// An account whose next journal entry does not apply to its cursor's
+/// counters stops only itself: a pass derives the other account (its events,
+/// its deliveries, its cursor up to its journal), leaves the broken
+/// account's cursor where it was, and once the cursor row is repaired the
+/// next pass derives the broken account's entries.
+#[tokio::test]
+async fn an_account_whose_entries_do_not_apply_is_skipped_until_repaired() {
+    let s = derived_accounts(&["acct-a", "acct-b"]).await;
+    assert_eq!(cursor(&s, "acct-a").await, (1, 100));
+    set_cursor_available(&s, "acct-a", 0).await;
+    acquire_40(&s, "acct-a", ts(10)).await;
+    s.credit("acct-a", "c2", 5, ts(11)).await.expect("credit");
+    s.credit("acct-b", "c2", 7, ts(12)).await.expect("credit");
+    s.credit("acct-b", "c3", 8, ts(13)).await.expect("credit");
+
+    assert_eq!(s.derive_events(1_000).await.expect("derived"), 2, "acct-b's two entries");
+    assert_eq!(cursor(&s, "acct-b").await.0, journal_seq(&s, "acct-b").await);
+    assert_eq!(outbox_of(&s, "acct-b").await, (3, 3), "each credit's event and delivery");
+    assert_eq!(cursor(&s, "acct-a").await, (1, 0), "the broken account's cursor stays");
+    assert_eq!(outbox_of(&s, "acct-a").await, (1, 1), "nothing of the broken account is stored");
+    assert_eq!(s.derive_events(1_000).await.expect("derived"), 0, "skipped again until repaired");
+
+    set_cursor_available(&s, "acct-a", 100).await;
+    assert_eq!(s.derive_events(1_000).await.expect("derived"), 2, "the acquire and the credit");
+    assert_eq!(cursor(&s, "acct-a").await, (journal_seq(&s, "acct-a").await, 65));
+    assert_eq!(outbox_of(&s, "acct-a").await, (2, 2), "the credits' events; the acquire emits none");
+    assert_eq!(s.derive_events(1_000).await.expect("derived"), 0);
+}
+
+/// A broken account first in account order with more pending entries than
+/// a pass's bound does not stop the accounts after it: each pass reads past
+/// its entries and derives up to its bound of the others'.
+#[tokio::test]
+async fn a_pass_reads_past_a_skipped_account_with_more_entries_than_its_bound() {
+    let s = derived_accounts(&["acct-a", "acct-b", "acct-c"]).await;
+    set_cursor_available(&s, "acct-a", 0).await;
+    acquire_40(&s, "acct-a", ts(10)).await;
+    for c in 2..=3 {
+        s.credit("acct-a", &format!("c{c}"), 1, ts(10 + c)).await.expect("credit");
+        s.credit("acct-b", &format!("c{c}"), 1, ts(20 + c)).await.expect("credit");
+    }
+    s.credit("acct-b", "c4", 1, ts(24)).await.expect("credit");
+    s.credit("acct-c", "c2", 1, ts(30)).await.expect("credit");
+
+    assert_eq!(passes(&s, 2, 3).await, [2, 2, 0]);
+    for account_id in ["acct-b", "acct-c"] {
+        assert_eq!(cursor(&s, account_id).await.0, journal_seq(&s, account_id).await, "{account_id}");
+    }
+    assert_eq!(cursor(&s, "acct-a").await, (1, 0));
+}
+
+/// When the bound cuts short the last account of a read that skipped one,
+/// the pass leaves that account whole to its next read, so that a pass that
+/// derives fewer entries than its bound has left nothing derivable.
+#[tokio::test]
+async fn a_pass_rereads_an_account_its_bound_cut_short_next_to_a_skipped_one() {
+    let s = derived_accounts(&["acct-a", "acct-b", "acct-c"]).await;
+    set_cursor_available(&s, "acct-a", 0).await;
+    acquire_40(&s, "acct-a", ts(10)).await;
+    for c in 2..=4 {
+        s.credit("acct-b", &format!("c{c}"), 1, ts(20 + c)).await.expect("credit");
+    }
+    s.credit("acct-c", "c2", 1, ts(30)).await.expect("credit");
+
+    // Each pass's first read is acct-a's entry and acct-b's first.
+    assert_eq!(passes(&s, 2, 3).await, [2, 2, 0]);
+    for account_id in ["acct-b", "acct-c"] {
+        assert_eq!(cursor(&s, account_id).await.0, journal_seq(&s, account_id).await, "{account_id}");
+    }
+    assert_eq!(outbox_of(&s, "acct-b").await, (4, 4));
+    assert_eq!(cursor(&s, "acct-a").await, (1, 0));
 }

@@ -1,5 +1,5 @@
 //! The outbox's statements: alert rules, webhook endpoints, deriving events
-//! from the journal, and deliveries (`store/outbox.rs`). Instants are
+//! from the journal, and deliveries (`store/outbox/`). Instants are
 //! `(floor_us, submicro_ns)` pairs; counters follow `COUNTER_NAMES`.
 //!
 //! Rules and cursors are per account, and every statement of one account
@@ -174,12 +174,15 @@ pub(in crate::store) const ROTATE_SECRET_SQL: &str = concat!(
 // ------------------------------------------------------------------ deriving
 
 /// In one snapshot, the journal entries not yet derived, at most $1, in
-/// account and then sequence order: the accounts whose `journal_seq` is past
-/// their cursor's (0 without one), each with its cursor (NULL without one)
-/// and the counters it holds, in `COUNTER_NAMES` order, then the entries
-/// after the cursor up to the `journal_seq` read. An entry is inserted by
-/// the statement that increments `journal_seq`, so every entry up to it is
-/// in the snapshot.
+/// account and then sequence order: the accounts whose `journal_seq` is
+/// past their cursor's (0 without one), from the account $2 on ('' for all)
+/// but those in $3 (the accounts the pass skipped), each with its
+/// cursor (NULL without one) and the counters it holds, in `COUNTER_NAMES`
+/// order, then the entries after the cursor up to the `journal_seq` read.
+/// Each row also names its account apart from the entry's columns, so that
+/// an entry that does not decode still names the account to skip. An entry
+/// is inserted by the statement that increments `journal_seq`, so every
+/// entry up to it is in the snapshot.
 pub(in crate::store) const DERIVE_PENDING_SQL: &str = concat!(
     "
 WITH due AS (
@@ -189,11 +192,11 @@ WITH due AS (
     "] END AS cursor_counters
     FROM tollgate_accounts AS a
     LEFT JOIN tollgate_outbox_cursors AS c ON c.account_id = a.account_id
-    WHERE a.journal_seq > coalesce(c.seq, 0)
+    WHERE a.journal_seq > coalesce(c.seq, 0) AND a.account_id >= $2 AND a.account_id <> ALL($3::text[])
     ORDER BY a.account_id
     LIMIT $1
 )
-SELECT d.cursor_seq, d.cursor_counters, ",
+SELECT d.due_account_id, d.cursor_seq, d.cursor_counters, ",
     journal_columns!(),
     "
 FROM due AS d
