@@ -23,7 +23,9 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::error::Error;
-use crate::journal::{Entry, EntryKind};
+use std::borrow::Cow;
+
+use crate::journal::{Deltas, Entry, EntryIds, EntryKind};
 use crate::ledger::COUNTERS;
 
 /// The most alert rules one account may hold.
@@ -127,10 +129,45 @@ pub struct AlertRule {
     pub refused_at_seq: Option<u64>,
 }
 
-/// Whether `entry` re-arms an `acquire_refused` rule that fired at
-/// `refused_at_seq`: it is a later entry that raises `available`.
-pub fn rearms(refused_at_seq: u64, entry: &Entry) -> bool {
-    entry.seq > refused_at_seq && entry.deltas[AVAILABLE] > 0
+/// A journal entry as deriving reads it. A store that keeps entries in
+/// another shape lends them through this, so that an entry that emits
+/// nothing (nearly all of them) is never rebuilt: its ids are read only for
+/// an entry that emits a credit or reclaim event.
+pub trait EntryView {
+    fn account_id(&self) -> &str;
+    fn seq(&self) -> u64;
+    fn kind(&self) -> EntryKind;
+    fn deltas(&self) -> Deltas;
+    fn at(&self) -> Timestamp;
+    fn ids(&self) -> Cow<'_, EntryIds>;
+}
+
+impl EntryView for Entry {
+    fn account_id(&self) -> &str {
+        &self.account_id
+    }
+    fn seq(&self) -> u64 {
+        self.seq
+    }
+    fn kind(&self) -> EntryKind {
+        self.kind
+    }
+    fn deltas(&self) -> Deltas {
+        self.deltas
+    }
+    fn at(&self) -> Timestamp {
+        self.at
+    }
+    fn ids(&self) -> Cow<'_, EntryIds> {
+        Cow::Borrowed(&self.ids)
+    }
+}
+
+/// Whether an entry numbered `seq` with `deltas` re-arms an
+/// `acquire_refused` rule that fired at `refused_at_seq`: it is a later
+/// entry that raises `available`.
+pub fn rearms(refused_at_seq: u64, seq: u64, deltas: &Deltas) -> bool {
+    seq > refused_at_seq && deltas[AVAILABLE] > 0
 }
 
 /// The kinds of event a webhook endpoint may ask for.
@@ -241,33 +278,34 @@ pub struct Derived {
 /// The events `entry` causes for an account whose counters were `before`
 /// it, under `rules` (the account's rules). An entry whose deltas do not
 /// apply to `before` means the journal and the derivation's cursor disagree.
-pub fn derive(rules: &[AlertRule], before: &[u64; COUNTERS], entry: &Entry) -> Result<Derived, Error> {
-    let after = apply(before, entry)?;
+pub fn derive(rules: &[AlertRule], before: &[u64; COUNTERS], entry: &impl EntryView) -> Result<Derived, Error> {
+    let (seq, deltas) = (entry.seq(), entry.deltas());
+    let after = apply(before, &deltas, seq, entry.account_id())?;
     let mut derived = Derived { after, ..Derived::default() };
     let base = |event_type: EventType, subject: &str| Event {
-        event_id: event_id(&entry.account_id, entry.seq, event_type, subject),
+        event_id: event_id(entry.account_id(), seq, event_type, subject),
         event_type,
-        account_id: entry.account_id.clone(),
+        account_id: entry.account_id().to_owned(),
         counters: after,
-        journal_seq: Some(entry.seq),
+        journal_seq: Some(seq),
         rule_id: None,
         lease_id: None,
         credit_id: None,
         units: None,
-        at: entry.at,
+        at: entry.at(),
     };
-    for rule in rules.iter().filter(|rule| rule.from_seq < entry.seq) {
+    for rule in rules.iter().filter(|rule| rule.from_seq < seq) {
         if let Some(event_type) = rule.condition.crossing(before, &after) {
             derived.events.push(Event { rule_id: Some(rule.rule_id.clone()), ..base(event_type, &rule.rule_id) });
         }
-        if rule.refused_at_seq.is_some_and(|seq| rearms(seq, entry)) {
+        if rule.refused_at_seq.is_some_and(|refused| rearms(refused, seq, &deltas)) {
             derived.rearmed.push(rule.rule_id.clone());
         }
     }
-    match entry.kind {
+    match entry.kind() {
         EntryKind::Credit => {
-            let credit_id = entry.ids.credit_id.clone().unwrap_or_default();
-            let units = u64::try_from(entry.deltas[CREDITED]).ok();
+            let credit_id = entry.ids().credit_id.clone().unwrap_or_default();
+            let units = u64::try_from(deltas[CREDITED]).ok();
             derived.events.push(Event {
                 credit_id: Some(credit_id.clone()),
                 units,
@@ -275,7 +313,7 @@ pub fn derive(rules: &[AlertRule], before: &[u64; COUNTERS], entry: &Entry) -> R
             });
         }
         EntryKind::Reclaim => {
-            for lease_id in &entry.ids.leases {
+            for lease_id in &entry.ids().leases {
                 derived
                     .events
                     .push(Event { lease_id: Some(lease_id.clone()), ..base(EventType::LeaseReclaimed, lease_id) });
@@ -286,13 +324,12 @@ pub fn derive(rules: &[AlertRule], before: &[u64; COUNTERS], entry: &Entry) -> R
     Ok(derived)
 }
 
-fn apply(before: &[u64; COUNTERS], entry: &Entry) -> Result<[u64; COUNTERS], Error> {
+fn apply(before: &[u64; COUNTERS], deltas: &Deltas, seq: u64, account_id: &str) -> Result<[u64; COUNTERS], Error> {
     let mut after = [0u64; COUNTERS];
     for (i, slot) in after.iter_mut().enumerate() {
-        *slot = u64::try_from(i128::from(before[i]) + entry.deltas[i]).map_err(|_| {
+        *slot = u64::try_from(i128::from(before[i]) + deltas[i]).map_err(|_| {
             Error::StorageCorrupt(format!(
-                "journal entry {} of account {} does not apply to the derived counters",
-                entry.seq, entry.account_id
+                "journal entry {seq} of account {account_id} does not apply to the derived counters"
             ))
         })?;
     }

@@ -21,9 +21,9 @@ use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use jiff::{SignedDuration, Timestamp};
 use serde_json::json;
-use tollgate_core::alerts::{Derived, derive, endpoint_wants};
+use tollgate_core::alerts::{Derived, EntryView, derive, endpoint_wants};
 use tollgate_core::{
-    AlertRule, COUNTER_NAMES, COUNTERS, Condition, Entry, Error, Event, EventType, Page, PageRequest, Secret,
+    AlertRule, COUNTER_NAMES, COUNTERS, Condition, Error, Event, EventType, Page, PageRequest, Secret,
 };
 
 /// A webhook endpoint: where events of its types are sent.
@@ -226,10 +226,10 @@ pub trait Outbox: Send + Sync {
 /// counters `before` the first, under the account's `rules`, re-arming
 /// rules as entries re-arm them. Returns the counters after the last entry
 /// and the events, in entry order.
-pub fn derive_entries(
+pub fn derive_entries<E: EntryView>(
     rules: &mut [AlertRule],
     mut before: [u64; COUNTERS],
-    entries: &[Entry],
+    entries: &[E],
 ) -> Result<([u64; COUNTERS], Vec<Event>), Error> {
     let mut events = Vec::new();
     for entry in entries {

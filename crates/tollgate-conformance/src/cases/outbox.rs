@@ -312,3 +312,26 @@ pub async fn a_claim_passes_over_the_endpoints_it_skips<F: StoreFactory>(f: &F) 
     let rest = s.claim_deliveries(t(10), 10, secs(1), &[]).await.unwrap();
     assert_eq!(rest.iter().map(|d| d.endpoint_id.as_str()).collect::<Vec<_>>(), [busy.as_str()]);
 }
+
+/// A change that is refused, or rolled back whole, emits nothing: a credit
+/// conflict, a refused acquire (without an `acquire_refused` rule), and a
+/// usage batch refused because it would overflow a counter, which would
+/// have crossed an overage rule.
+pub async fn refused_and_rolled_back_changes_emit_nothing<F: StoreFactory>(f: &F) {
+    let s = f.create(with_grace(secs(1))).await;
+    let max = s.unit_domain().max();
+    funded(&s, "acct", 10).await;
+    s.create_alert_rule("acct", Condition::OverageAbove { units: 0 }, t(1)).await.unwrap();
+    s.create_alert_rule("acct", Condition::AvailableBelow { units: 5 }, t(1)).await.unwrap();
+    endpoint(&s, "https://example.com/a", &EventType::ALL).await;
+    let cred = credential(&s, "acct", t(2)).await;
+    assert!(matches!(s.credit("acct", "seed-acct", 11, t(3)).await, Err(Error::CreditConflict { .. })));
+    assert!(matches!(s.acquire("acct", 11, secs(60), t(4)).await, Err(Error::InsufficientBalance { .. })));
+    let lease = s.acquire("acct", 10, secs(60), t(5)).await.unwrap();
+    let big = overage("big", "acct", &cred, max - 5, t(5));
+    let small = leased("small", &cred, &lease, 6, t(6));
+    let refused = s.ingest(vec![big, small], t(6)).await;
+    assert!(matches!(refused, Err(tollgate_core::IngestError::Refused { .. })), "{refused:?}");
+    let claimed = claim_all(&s).await;
+    assert_eq!(types(&claimed), ["balance.threshold_crossed"], "only the acquire that committed");
+}

@@ -262,16 +262,38 @@ async fn routes_refuse_bad_input_and_show_each_secret_once() {
     assert!(signed_by(after, new).is_some() && signed_by(after, &old).is_none());
 }
 
+/// A server over `store` with webhook `settings`.
+fn app_with(store: Arc<dyn tollgate_store::Store>, settings: WebhookSettings) -> App {
+    let tokens = OperatorTokens::new(&Secret::new(ADMIN.into()), Some(&Secret::new(GATEWAY.into()))).unwrap();
+    let clock = Arc::new(tollgate_server::ManualClock::new(crate::support::start()));
+    let state = AppState::with_webhooks(store, clock.clone(), tokens, Limits::default(), settings);
+    App { router: tollgate_server::router(state.clone()), clock, state }
+}
+
+/// With private addresses refused, a receiver on loopback is never sent
+/// anything: each attempt fails, saying why, and is retried.
+#[tokio::test]
+async fn private_addresses_are_refused_when_so_configured() {
+    let store = Arc::new(tollgate_store::MemoryStore::new(policy()));
+    let app = app_with(store, WebhookSettings { allow_private: false, ..WebhookSettings::default() });
+    app.funded("acct", 10).await;
+    let receiver = Receiver::start().await;
+    let (hook, _) = endpoint(&app, &receiver, &["credit.received"]).await;
+    let credit = json!({"credit_id": "c2", "units": 5});
+    app.ok(As::Admin, Method::POST, "/v1/accounts/acct/credits", Some(credit), StatusCode::CREATED).await;
+    assert_eq!(deliver_due(&app.state).await.unwrap(), 1);
+    let log = deliveries(&app, &hook).await;
+    assert_eq!(log[0]["state"], "pending");
+    assert!(log[0]["last_error"].as_str().unwrap().contains("not public"), "{log:?}");
+    assert!(receiver.received().is_empty());
+}
+
 /// A PostgreSQL server without a webhook key cannot seal a secret, so it
 /// refuses to create endpoints.
 #[tokio::test]
 async fn without_a_key_endpoints_are_refused() {
     let store = PostgresStore::on_test_db(TestDb::create().await, policy()).await.expect("store");
-    let tokens = OperatorTokens::new(&Secret::new(ADMIN.into()), Some(&Secret::new(GATEWAY.into()))).unwrap();
-    let clock = Arc::new(tollgate_server::ManualClock::new(crate::support::start()));
-    let settings = WebhookSettings { key: None, ..WebhookSettings::default() };
-    let state = AppState::with_webhooks(Arc::new(store), clock.clone(), tokens, Limits::default(), settings);
-    let app = App { router: tollgate_server::router(state.clone()), clock, state };
+    let app = app_with(Arc::new(store), WebhookSettings { key: None, ..WebhookSettings::default() });
     let body = json!({"url": "http://127.0.0.1:9/hook", "event_types": ["credit.received"]});
     let answer = app.call(As::Admin, Method::POST, "/v1/webhooks", Some(body)).await;
     assert_error(answer, StatusCode::CONFLICT, "webhook_key_missing", false);
@@ -285,11 +307,7 @@ async fn two_servers_on_one_database_never_make_the_same_attempt_twice() {
     let other_pool = db.new_pool(4).await;
     let key = WebhookKey::random();
     let server = |store: PostgresStore| {
-        let tokens = OperatorTokens::new(&Secret::new(ADMIN.into()), Some(&Secret::new(GATEWAY.into()))).unwrap();
-        let clock = Arc::new(tollgate_server::ManualClock::new(crate::support::start()));
-        let settings = WebhookSettings { key: Some(key.clone()), ..WebhookSettings::default() };
-        let state = AppState::with_webhooks(Arc::new(store), clock.clone(), tokens, Limits::default(), settings);
-        App { router: tollgate_server::router(state.clone()), clock, state }
+        app_with(Arc::new(store), WebhookSettings { key: Some(key.clone()), ..WebhookSettings::default() })
     };
     let first = server(PostgresStore::on_test_db(db, policy()).await.expect("store"));
     let second = server(PostgresStore::from_pool(other_pool, policy()).await.expect("store"));

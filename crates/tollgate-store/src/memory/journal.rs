@@ -7,9 +7,11 @@
 //! lease's key, and deltas that fit `i64` (all but changes near `u64::MAX`)
 //! are kept as such. [`Stored::entry`] gives back the core's [`Entry`].
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 use jiff::Timestamp;
+use tollgate_core::alerts::EntryView;
 use tollgate_core::journal::{Change, Deltas, EntryIds, EntryKind, changed, check_replay};
 use tollgate_core::{Account, COUNTERS, Entry, Error, PageLimit};
 
@@ -94,32 +96,59 @@ impl Stored {
     }
 }
 
+/// An entry as kept, read through the core's `EntryView` without being
+/// rebuilt: its ids are spelled only if an event needs them.
+pub(super) struct StoredEntry<'a> {
+    account_id: &'a str,
+    seq: u64,
+    stored: &'a Stored,
+}
+
+impl EntryView for StoredEntry<'_> {
+    fn account_id(&self) -> &str {
+        self.account_id
+    }
+    fn seq(&self) -> u64 {
+        self.seq
+    }
+    fn kind(&self) -> EntryKind {
+        self.stored.kind
+    }
+    fn deltas(&self) -> Deltas {
+        self.stored.deltas.deltas()
+    }
+    fn at(&self) -> Timestamp {
+        self.stored.at
+    }
+    fn ids(&self) -> Cow<'_, EntryIds> {
+        Cow::Owned(self.stored.ids.ids())
+    }
+}
+
 impl Journals {
     /// Keeps `deltas` as the next entry of `account_id`.
-    fn push(&mut self, account_id: &str, kind: EntryKind, deltas: Deltas, ids: StoredIds, at: Timestamp) {
+    /// Keeps the next entry of `account_id` and lends it back.
+    fn push<'a>(
+        &'a mut self,
+        account_id: &'a str,
+        kind: EntryKind,
+        deltas: Deltas,
+        ids: StoredIds,
+        at: Timestamp,
+    ) -> StoredEntry<'a> {
         let stored = Stored { at, deltas: StoredDeltas::of(deltas), ids, kind };
-        match self.entries.get_mut(account_id) {
-            Some(entries) => entries.push(stored),
-            None => {
-                self.entries.insert(account_id.to_owned(), vec![stored]);
-            }
+        if !self.entries.contains_key(account_id) {
+            self.entries.insert(account_id.to_owned(), Vec::new());
         }
-    }
-
-    /// Numbers `change` as its account's next entry and keeps it.
-    pub(super) fn record(&mut self, change: Change, now: Timestamp) {
-        self.push(&change.account_id, change.kind, change.deltas, StoredIds::other(change.ids), now);
+        let entries = self.entries.get_mut(account_id).expect("inserted above");
+        entries.push(stored);
+        let seq = entries.len() as u64;
+        StoredEntry { account_id, seq, stored: &entries[entries.len() - 1] }
     }
 
     /// How many entries `account_id` has: the sequence number of its latest.
     pub(super) fn len(&self, account_id: &str) -> u64 {
         self.entries.get(account_id).map_or(0, |entries| entries.len() as u64)
-    }
-
-    /// The latest entry of `account_id`.
-    pub(super) fn last(&self, account_id: &str) -> Option<Entry> {
-        let entries = self.entries.get(account_id)?;
-        entries.last().map(|stored| stored.entry(account_id, entries.len() as u64))
     }
 
     /// Entries `after + 1 ..` of `account_id`, at most `count` of them.
@@ -163,21 +192,16 @@ impl State {
             return;
         };
         let before = std::mem::replace(stored, account).counters();
-        self.journals.push(&stored.account_id, kind, deltas, ids, now);
-        if self.outbox.derives_for(&stored.account_id) {
-            let account_id = stored.account_id.clone();
-            self.derive_last(&account_id, before);
-        }
+        let entry = self.journals.push(&stored.account_id, kind, deltas, ids, now);
+        self.outbox.derive(&entry, before);
     }
 
     /// Journals `change` of an account whose counters were `before` it, and
     /// derives its events.
     pub(super) fn record(&mut self, change: Change, before: [u64; COUNTERS], now: Timestamp) {
-        let account_id = self.outbox.derives_for(&change.account_id).then(|| change.account_id.clone());
-        self.journals.record(change, now);
-        if let Some(account_id) = account_id {
-            self.derive_last(&account_id, before);
-        }
+        let Change { account_id, kind, deltas, ids } = change;
+        let entry = self.journals.push(&account_id, kind, deltas, StoredIds::other(ids), now);
+        self.outbox.derive(&entry, before);
     }
 
     /// One `reclaim` entry per account a pass settled leases in.

@@ -1,7 +1,7 @@
 //! The memory store's alert rules, endpoints and deliveries.
 //!
 //! Events are derived in the critical section that journals their entry
-//! ([`State::derive_last`]), from the counters before the entry, so the
+//! ([`OutboxState::derive`]), from the counters before the entry, so the
 //! outbox and the change it reports are one step. While there is no rule of
 //! the account and no endpoint at all, deriving is skipped: it could emit
 //! nothing.
@@ -11,9 +11,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
-use tollgate_core::alerts::{ENDPOINTS_MAX, RULES_PER_ACCOUNT_MAX, refusal_events, validate_url};
+use tollgate_core::alerts::{ENDPOINTS_MAX, EntryView, RULES_PER_ACCOUNT_MAX, refusal_events, validate_url};
 use tollgate_core::{AlertRule, COUNTERS, Condition, Error, Event, EventType, Listing, Page, PageRequest};
 
+use super::journal::StoredEntry;
 use super::{MemoryStore, State};
 use crate::outbox::{
     AttemptResult, ClaimedDelivery, Delivery, DeliveryState, Outbox, OutboxCounts, WebhookEndpoint, derive_entries,
@@ -45,12 +46,6 @@ struct DeliveryRecord {
 }
 
 impl OutboxState {
-    /// Whether an entry of `account_id` can emit anything: the account has a
-    /// rule, or some endpoint exists.
-    pub(super) fn derives_for(&self, account_id: &str) -> bool {
-        !self.endpoints.is_empty() || self.rules.get(account_id).is_some_and(|rules| !rules.is_empty())
-    }
-
     fn endpoint_mut(&mut self, endpoint_id: &str) -> Result<&mut EndpointRecord, Error> {
         self.endpoints
             .iter_mut()
@@ -170,27 +165,30 @@ impl OutboxState {
     }
 }
 
-impl State {
-    /// Derives the events of `account_id`'s latest journal entry, whose
-    /// counters before it were `before`.
-    pub(super) fn derive_last(&mut self, account_id: &str, before: [u64; COUNTERS]) {
-        let outbox = &mut self.outbox;
-        if !outbox.derives_for(account_id) {
-            return;
-        }
-        let Some(entry) = self.journals.last(account_id) else { return };
-        let rules = outbox.rules.entry(account_id.to_owned()).or_default();
+impl OutboxState {
+    /// Derives the events of an entry just journaled, whose account's
+    /// counters before it were `before`. Nothing is allocated unless the
+    /// entry emits an event or re-arms a rule.
+    pub(super) fn derive(&mut self, entry: &StoredEntry<'_>, before: [u64; COUNTERS]) {
+        let mut none = Vec::new();
+        let rules = match self.rules.get_mut(entry.account_id()) {
+            Some(rules) if !rules.is_empty() => rules,
+            _ if !self.endpoints.is_empty() => &mut none,
+            _ => return,
+        };
         // The entry was made from `before` by this very step, so its deltas
         // always apply; a failure would be a bug in the memory store itself.
-        let Ok((_, events)) = derive_entries(rules, before, std::slice::from_ref(&entry)) else {
+        let Ok((_, events)) = derive_entries(rules, before, std::slice::from_ref(entry)) else {
             debug_assert!(false, "a memory journal entry does not apply to its own counters");
             return;
         };
         for event in &events {
-            outbox.fan_out(event);
+            self.fan_out(event);
         }
     }
+}
 
+impl State {
     fn note_refusal(&mut self, account_id: &str, now: Timestamp) -> Result<u32, Error> {
         let counters = self.account(account_id)?.counters();
         let seq = self.journals.len(account_id);
