@@ -337,21 +337,23 @@ fn apply(before: &[u64; COUNTERS], deltas: &Deltas, seq: u64, account_id: &str) 
 }
 
 /// The events a refused acquire causes: one per armed `acquire_refused`
-/// rule, each of which it disarms. `seq` is the account's journal sequence
-/// number at the refusal, `counters` its counters, `nonce` makes the ids of
-/// two refusals at one `seq` distinct.
+/// rule, each of which it disarms (`refused_at_seq = seq`). `seq` is the
+/// account's journal sequence number at the refusal, `counters` its
+/// counters, `nonce` makes the ids of two refusals at one `seq` distinct.
 pub fn refusal_events(
-    rules: &[AlertRule],
+    rules: &mut [AlertRule],
     account_id: &str,
     seq: u64,
     counters: &[u64; COUNTERS],
     at: Timestamp,
     nonce: &str,
 ) -> Vec<Event> {
-    rules
-        .iter()
-        .filter(|rule| rule.condition == Condition::AcquireRefused && rule.refused_at_seq.is_none())
-        .map(|rule| Event {
+    let armed =
+        rules.iter_mut().filter(|rule| rule.condition == Condition::AcquireRefused && rule.refused_at_seq.is_none());
+    let mut events = Vec::new();
+    for rule in armed {
+        rule.refused_at_seq = Some(seq);
+        events.push(Event {
             event_id: event_id(account_id, seq, EventType::AcquireRefused, &format!("{}:{nonce}", rule.rule_id)),
             event_type: EventType::AcquireRefused,
             account_id: account_id.to_owned(),
@@ -362,8 +364,19 @@ pub fn refusal_events(
             credit_id: None,
             units: None,
             at,
-        })
-        .collect()
+        });
+    }
+    events
+}
+
+/// Checks a new endpoint: its URL ([`validate_url`]) and at least one
+/// event type.
+pub fn validate_endpoint(url: &str, event_types: &[EventType]) -> Result<(), Error> {
+    validate_url(url)?;
+    if event_types.is_empty() {
+        return Err(Error::InvalidEventTypes);
+    }
+    Ok(())
 }
 
 /// When and for how long failed deliveries are tried again.
@@ -591,16 +604,14 @@ mod tests {
 
     #[test]
     fn a_refusal_fires_once_until_available_rises() {
-        let mut refused = rule("r", Condition::AcquireRefused);
-        assert_eq!(
-            refusal_events(&[refused.clone()], "acme", 4, &counters(10, 0, 0), Timestamp::UNIX_EPOCH, "n").len(),
-            1
-        );
-        refused.refused_at_seq = Some(4);
-        assert!(
-            refusal_events(&[refused.clone()], "acme", 4, &counters(10, 0, 0), Timestamp::UNIX_EPOCH, "n").is_empty()
-        );
-        let falling = derive(&[refused.clone()], &counters(10, 5, 0), &entry(5, EntryKind::Acquire, -1)).unwrap();
+        let mut refused = [rule("r", Condition::AcquireRefused)];
+        let fired = refusal_events(&mut refused, "acme", 4, &counters(10, 0, 0), Timestamp::UNIX_EPOCH, "n");
+        assert_eq!(fired.len(), 1);
+        assert_eq!(refused[0].refused_at_seq, Some(4), "the rule that fired is disarmed");
+        assert!(refusal_events(&mut refused, "acme", 4, &counters(10, 0, 0), Timestamp::UNIX_EPOCH, "n").is_empty());
+        let [refused] = refused;
+        let falling =
+            derive(std::slice::from_ref(&refused), &counters(10, 5, 0), &entry(5, EntryKind::Acquire, -1)).unwrap();
         assert!(falling.rearmed.is_empty());
         let rising = derive(&[refused], &counters(10, 5, 0), &entry(5, EntryKind::Release, 1)).unwrap();
         assert_eq!(rising.rearmed, ["r"]);

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
-use tollgate_core::alerts::{ENDPOINTS_MAX, EntryView, RULES_PER_ACCOUNT_MAX, refusal_events, validate_url};
+use tollgate_core::alerts::{ENDPOINTS_MAX, EntryView, RULES_PER_ACCOUNT_MAX, refusal_events, validate_endpoint};
 use tollgate_core::{AlertRule, COUNTERS, Condition, Error, Event, EventType, Listing, Page, PageRequest};
 
 use super::journal::StoredEntry;
@@ -196,9 +196,6 @@ impl State {
         let Some(rules) = outbox.rules.get_mut(account_id) else { return Ok(0) };
         let nonce = uuid::Uuid::new_v4().simple().to_string();
         let events = refusal_events(rules, account_id, seq, &counters, now, &nonce);
-        for rule in rules.iter_mut().filter(|rule| events.iter().any(|e| e.rule_id.as_ref() == Some(&rule.rule_id))) {
-            rule.refused_at_seq = Some(seq);
-        }
         for event in &events {
             outbox.fan_out(event);
         }
@@ -273,10 +270,7 @@ impl Outbox for MemoryStore {
         sealed_secret: Vec<u8>,
         now: Timestamp,
     ) -> Result<WebhookEndpoint, Error> {
-        validate_url(url)?;
-        if event_types.is_empty() {
-            return Err(Error::InvalidEventTypes);
-        }
+        validate_endpoint(url, event_types)?;
         let mut state = self.lock();
         if state.outbox.endpoints.len() >= ENDPOINTS_MAX {
             return Err(Error::TooManyEndpoints { max: ENDPOINTS_MAX });

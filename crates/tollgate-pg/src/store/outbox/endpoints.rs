@@ -2,7 +2,7 @@
 //! and rotating their secrets, which the caller sealed.
 
 use jiff::Timestamp;
-use tollgate_core::alerts::{ENDPOINTS_MAX, validate_url};
+use tollgate_core::alerts::{ENDPOINTS_MAX, validate_endpoint};
 use tollgate_core::{Error, EventType, InstantPair};
 use tollgate_store::{WebhookEndpoint, new_endpoint_id};
 
@@ -23,10 +23,7 @@ impl Engine {
         sealed_secret: Vec<u8>,
         now: Timestamp,
     ) -> Result<WebhookEndpoint, Error> {
-        validate_url(url)?;
-        if types.is_empty() {
-            return Err(Error::InvalidEventTypes);
-        }
+        validate_endpoint(url, types)?;
         let endpoint_id = new_endpoint_id();
         let names: Vec<&str> = types.iter().map(|kind| kind.as_str()).collect();
         let created = InstantPair::encode(now);

@@ -43,7 +43,7 @@ async fn refuse_in(conn: &mut PgConnection, account_id: &str, now: Timestamp) ->
         rule.refused_at_seq = None;
     }
     // Only the nonce's uniqueness matters: a fresh rule id's random bits.
-    let events = refusal_events(&rules, account_id, seq, &counters, now, &new_rule_id());
+    let events = refusal_events(&mut rules, account_id, seq, &counters, now, &new_rule_id());
     if events.is_empty() {
         return Ok(0);
     }
@@ -52,8 +52,8 @@ async fn refuse_in(conn: &mut PgConnection, account_id: &str, now: Timestamp) ->
     for event in &events {
         outgoing.fan_out(event, &endpoints);
     }
-    for rule in rules.iter_mut().filter(|rule| events.iter().any(|e| e.rule_id.as_ref() == Some(&rule.rule_id))) {
-        rule.refused_at_seq = Some(seq);
+    // The rules that fired, which `refusal_events` disarmed.
+    for rule in rules.iter().filter(|rule| events.iter().any(|e| e.rule_id.as_ref() == Some(&rule.rule_id))) {
         outgoing.rule(RuleWrite::new(rule)?);
     }
     outgoing.store(conn).await?;
