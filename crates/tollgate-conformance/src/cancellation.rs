@@ -80,6 +80,7 @@ const OPERATIONS: &[&str] = &[
     "verify_credential",
     "account",
     "lease",
+    "lease_summary",
     "check",
 ];
 
@@ -146,6 +147,7 @@ fn operation<'a, S: Store>(store: &'a S, name: &'static str, f: &'a Fixture) -> 
         }),
         "account" => Box::pin(async move { store.account(&f.account_id).await.done() }),
         "lease" => Box::pin(async move { store.lease(&f.live.lease.account_id, &f.live.lease.lease_id).await.done() }),
+        "lease_summary" => Box::pin(async move { store.lease_summary(now).await.done() }),
         "check" => Box::pin(async move { store.check().await.done() }),
         other => unreachable!("no operation {other}"),
     }

@@ -13,12 +13,14 @@ mod journal;
 mod listings;
 mod outbox;
 mod scoped;
+mod summary;
 mod usage_queries;
 pub use idempotent::*;
 pub use journal::*;
 pub use listings::*;
 pub use outbox::*;
 pub use scoped::*;
+pub use summary::*;
 pub use usage_queries::*;
 
 /// An ordinary instant with a nanosecond fraction.

@@ -45,6 +45,7 @@ macro_rules! conformance_suite {
             consolidation_is_refused_atomically,
             reclaim_is_bounded_in_account_order_and_idempotent,
             reclaim_settles_the_most_overdue_accounts_leases_together,
+            the_lease_summary_counts_active_and_due_leases_of_every_account,
             ingest_classifies_a_mixed_batch,
             duplicate_detection_precedes_validation,
             rejected_request_id_is_reusable,
@@ -90,6 +91,7 @@ mod tests {
             include_str!("cases/usage_queries.rs"),
             include_str!("cases/journal.rs"),
             include_str!("cases/outbox.rs"),
+            include_str!("cases/summary.rs"),
         ]
         .into_iter()
         .flat_map(str::lines)

@@ -19,8 +19,9 @@ pub use idempotency::{
 pub use memory::MemoryStore;
 pub use model::{
     AccountView, CheckReport, Consolidated, CreditReceipt, GuardViolation, IssuedCredential, IssuedLease,
-    JournalMismatch, JournalPage, LeaseHandle, LegacyBoundCount, MigrationStatus, ReclaimReport, ReclaimedLease,
-    Released, SkippedLease, StorageStatus, UnlockedCounts, UnlockedOperation, Verification, reclaim_read_max,
+    JournalMismatch, JournalPage, LeaseHandle, LeaseSummary, LegacyBoundCount, MigrationStatus, ReclaimReport,
+    ReclaimedLease, Released, SkippedLease, StorageStatus, UnlockedCounts, UnlockedOperation, Verification,
+    reclaim_read_max,
 };
 pub use outbox::{
     AttemptResult, ClaimedDelivery, Delivery, DeliveryState, IssuedEndpoint, Outbox, OutboxCounts, WebhookEndpoint,
@@ -133,6 +134,10 @@ pub trait Store: UsageSink + Outbox {
     }
     /// Settles at most `limit` (and at most the policy's batch bound) due leases.
     async fn reclaim(&self, now: Timestamp, limit: u32) -> Result<ReclaimReport, Error>;
+    /// The leases the fleet holds now: how many are active, how many of those are
+    /// due for reclaim at `now` (expiry at or before `now - grace`, the reclaim boundary
+    /// the core decides), and the expiry of the most overdue one.
+    async fn lease_summary(&self, now: Timestamp) -> Result<LeaseSummary, Error>;
 
     async fn issue_credential_idempotent(
         &self,

@@ -29,7 +29,7 @@ use tollgate_core::{
 use crate::idempotency::{Claim, IDEMPOTENCY_PURGE_BATCH_MAX, Idempotency, Replayable, Request};
 use crate::model::{
     AccountView, CheckReport, Consolidated, CreditReceipt, IssuedCredential, IssuedLease, JournalPage, LeaseHandle,
-    ReclaimReport, Released, SkippedLease, StorageStatus, Verification,
+    LeaseSummary, ReclaimReport, Released, SkippedLease, StorageStatus, Verification,
 };
 use crate::secrets::{new_capability, new_credential_id, new_credential_key};
 use crate::{Store, UsageSink};
@@ -438,6 +438,10 @@ impl Store for MemoryStore {
             return Ok(ReclaimReport { limit, ..ReclaimReport::default() });
         };
         self.lock().reclaim(now, cutoff, limit, &self.policy)
+    }
+
+    async fn lease_summary(&self, now: Timestamp) -> Result<LeaseSummary, Error> {
+        Ok(self.lock().lease_summary(self.policy.reclaim_cutoff(now)))
     }
 
     async fn issue_credential_idempotent(

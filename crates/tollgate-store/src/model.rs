@@ -1,5 +1,6 @@
 //! What store operations return.
 
+use jiff::Timestamp;
 use tollgate_core::journal::ReplayError;
 use tollgate_core::{Account, Credential, Entry, Lease, LeaseState, Secret, Settlement, Violation};
 
@@ -73,6 +74,18 @@ pub struct ReclaimReport {
     /// The bound this pass applied; a pass that settled exactly this many may have
     /// left more due leases behind.
     pub limit: u32,
+}
+
+/// The leases the fleet holds at one instant (`Store::lease_summary`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LeaseSummary {
+    /// Active leases, of every account.
+    pub active: u64,
+    /// Active leases due for reclaim: expiring at or before the reclaim
+    /// cutoff (`GrantPolicy::reclaim_cutoff`); none when it underflows.
+    pub due: u64,
+    /// The expiry of the most overdue due lease; `None` when none is due.
+    pub oldest_due_expiry: Option<Timestamp>,
 }
 
 /// Due leases one pass of bound `limit` reads: its bound, and as many again to
@@ -291,8 +304,6 @@ impl MigrationStatus {
 
 #[cfg(test)]
 mod tests {
-    use jiff::Timestamp;
-
     use super::*;
 
     #[test]

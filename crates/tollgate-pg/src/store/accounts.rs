@@ -1,17 +1,18 @@
-//! Accounts: creating and crediting them, and the reads of an account and of
-//! a lease.
+//! Accounts: creating and crediting them, the reads of an account and of a
+//! lease, and the fleet's lease summary.
 
 use jiff::Timestamp;
 use sqlx::FromRow;
 use tollgate_core::journal::EntryKind;
 use tollgate_core::{Account, Change, EntryIds, Error, InstantPair, Lease, validate_id};
-use tollgate_store::{AccountView, CreditReceipt};
+use tollgate_store::{AccountView, CreditReceipt, LeaseSummary};
 
 use super::errors::{corrupt, db_i64, db_i64_delta, storable, storage_error};
 use super::load::{finish, lock_account};
 use super::rows::{AccountRow, LeaseRow, counters};
 use super::sql::{
-    ACCOUNT_VIEW_SQL, CREATE_ACCOUNT_SQL, CREDIT_RECORDED_SQL, CREDIT_SQL, READ_ACCOUNT_SQL, READ_LEASE_SQL,
+    ACCOUNT_VIEW_SQL, CREATE_ACCOUNT_SQL, CREDIT_RECORDED_SQL, CREDIT_SQL, LEASE_SUMMARY_SQL, READ_ACCOUNT_SQL,
+    READ_LEASE_SQL,
 };
 use super::{DOMAIN, Engine};
 
@@ -128,5 +129,27 @@ impl Engine {
             .await
             .map_err(storage_error)?;
         Ok(row.ok_or(Error::LeaseNotFound)?.decode()?.lease)
+    }
+
+    /// The fleet's leases (`Store::lease_summary`) due at `cutoff`, the
+    /// core's reclaim boundary; `None` (it underflowed) is bound as NULL,
+    /// which no expiry is at or before.
+    pub(super) async fn summarize_leases(&self, cutoff: Option<Timestamp>) -> Result<LeaseSummary, Error> {
+        let cutoff = cutoff.map(InstantPair::encode);
+        let (active, due, floor_us, submicro_ns): (i64, i64, Option<i64>, Option<i16>) =
+            sqlx::query_as(LEASE_SUMMARY_SQL)
+                .bind(cutoff.map(|pair| pair.floor_us))
+                .bind(cutoff.map(|pair| pair.submicro_ns))
+                .fetch_one(&self.pool)
+                .await
+                .map_err(storage_error)?;
+        let oldest_due_expiry = match (floor_us, submicro_ns) {
+            (Some(floor_us), Some(submicro_ns)) => Some(
+                InstantPair::decode(floor_us, i64::from(submicro_ns))
+                    .map_err(|e| corrupt(format!("the most overdue lease's expiry: {e}")))?,
+            ),
+            _ => None,
+        };
+        Ok(LeaseSummary { active: active.unsigned_abs(), due: due.unsigned_abs(), oldest_due_expiry })
     }
 }

@@ -27,7 +27,7 @@ use tollgate_core::{
 };
 use tollgate_store::{
     AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, JournalPage,
-    LeaseHandle, ReclaimReport, Released, StorageStatus, Store, UnlockedCounts, UsageSink, Verification,
+    LeaseHandle, LeaseSummary, ReclaimReport, Released, StorageStatus, Store, UnlockedCounts, UsageSink, Verification,
 };
 
 use super::{Engine, PostgresStore};
@@ -198,6 +198,10 @@ impl Store for PostgresStore {
 
     async fn reclaim(&self, now: Timestamp, limit: u32) -> Result<ReclaimReport, Error> {
         self.complete(move |e| async move { e.reclaim(now, limit).await }).await
+    }
+
+    async fn lease_summary(&self, now: Timestamp) -> Result<LeaseSummary, Error> {
+        self.complete(move |e| async move { e.lease_summary(now).await }).await
     }
 
     async fn issue_credential_idempotent(

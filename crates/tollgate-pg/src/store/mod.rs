@@ -65,8 +65,8 @@ use tollgate_core::{
 };
 use tollgate_store::{
     AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, JournalPage,
-    LeaseHandle, ReclaimReport, Released, Request, StorageStatus, Store, UnlockedCounts, UnlockedOperation, UsageSink,
-    Verification,
+    LeaseHandle, LeaseSummary, ReclaimReport, Released, Request, StorageStatus, Store, UnlockedCounts,
+    UnlockedOperation, UsageSink, Verification,
 };
 
 pub use connect::{ConnectError, PgStoreConfig, connect_pool};
@@ -317,6 +317,10 @@ impl Store for Engine {
         let mut tx = self.begin().await?;
         let result = self.reclaim_locking(&mut tx, now, cutoff, limit).await;
         finish(tx, result).await
+    }
+
+    async fn lease_summary(&self, now: Timestamp) -> Result<LeaseSummary, Error> {
+        self.summarize_leases(self.policy.reclaim_cutoff(now)).await
     }
 
     async fn issue_credential_idempotent(

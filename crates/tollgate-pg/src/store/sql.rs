@@ -286,6 +286,28 @@ pub(super) const LOCK_DUE_SQL: &str = concat!(
      FOR UPDATE OF l SKIP LOCKED"
 );
 
+/// The fleet's leases at the reclaim cutoff ($1, $2): how many are active, how
+/// many of those are due, and the expiry of the most overdue one. Both parts
+/// read active leases only, through the partial index
+/// `tollgate_leases_active_expiry`, never the settled ones; a NULL cutoff
+/// (the core's cutoff underflowed, so nothing is due) compares as unknown and
+/// so matches no lease.
+pub(super) const LEASE_SUMMARY_SQL: &str = "
+SELECT s.active, s.due, o.expiry_floor_us, o.expiry_submicro_ns
+FROM (
+    SELECT count(*) AS active,
+        count(*) FILTER (WHERE (l.expiry_floor_us, l.expiry_submicro_ns) <= ($1, $2)) AS due
+    FROM tollgate_leases AS l
+    WHERE l.state = 'active'
+) AS s
+LEFT JOIN (
+    SELECT d.expiry_floor_us, d.expiry_submicro_ns
+    FROM tollgate_leases AS d
+    WHERE d.state = 'active' AND (d.expiry_floor_us, d.expiry_submicro_ns) <= ($1, $2)
+    ORDER BY d.expiry_floor_us, d.expiry_submicro_ns
+    LIMIT 1
+) AS o ON true";
+
 // -------------------------------------------------------------- credentials
 
 /// The credential of the account $1 whose key hashes to $2.

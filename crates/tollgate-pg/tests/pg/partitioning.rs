@@ -42,6 +42,10 @@ const RECLAIM_SCAN: &str = "the reclaim worker finds the most overdue leases of 
      order, and then reads each of their accounts' due leases by account (ReclaimPass::accounts); what \
      it settles is locked and written grouped by account (LOCK_DUE_SQL, SETTLE_IF_UNCHANGED_SQL, \
      PERSIST_SQL)";
+const LEASE_SUMMARY: &str = "the fleet's lease summary counts the active and due leases of every \
+     account, an operator's and monitor's read of the whole fleet; it reads active leases only, through \
+     the partial index tollgate_leases_active_expiry (tests/pg/lease_summary_index.rs), never the settled \
+     ones";
 const SETTINGS: &str = "tollgate_settings, migrations and the clock are global (a reference table)";
 const PURGE: &str = "the worker purges expired idempotency records of every account, in bounded batches";
 const LEGACY_KEYS: &str = "a key issued before keys named their account is looked up by its hash in \
@@ -96,6 +100,7 @@ fn classification() -> BTreeMap<&'static str, Class> {
         ("LOCK_HELD_LEASE_SQL", Single { params: &[ACCOUNT, LEASE] }),
         ("READ_DUE_SQL", Global { why: RECLAIM_SCAN }),
         ("LOCK_DUE_SQL", Batch { account_filters: &[("tollgate_leases", "l.account_id = ANY($1)")] }),
+        ("LEASE_SUMMARY_SQL", Global { why: LEASE_SUMMARY }),
         ("CREDENTIAL_BY_KEY_SQL", Single { params: &[ACCOUNT, HASH] }),
         ("LEGACY_KEY_ACCOUNT_SQL", Global { why: LEGACY_KEYS }),
         ("READ_CREDENTIAL_SQL", Single { params: &[ACCOUNT, CREDENTIAL] }),

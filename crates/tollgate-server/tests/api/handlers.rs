@@ -671,6 +671,9 @@ impl Store for FaultyStore {
     async fn reclaim(&self, _: Timestamp, _: u32) -> Result<ReclaimReport, Error> {
         self.fail().await
     }
+    async fn lease_summary(&self, _: Timestamp) -> Result<tollgate_store::LeaseSummary, Error> {
+        self.fail().await
+    }
     async fn issue_credential_idempotent(
         &self,
         _: Option<&Idempotency>,

@@ -7,7 +7,7 @@ use tollgate_core::{Error, GrantPolicy, Lease, ReclaimPass};
 use super::journal::ReclaimTouched;
 use super::lease_ids::LeaseKey;
 use super::{DOMAIN, State, orphan, skip};
-use crate::model::{ReclaimReport, ReclaimedLease, SkippedLease, reclaim_read_max};
+use crate::model::{LeaseSummary, ReclaimReport, ReclaimedLease, SkippedLease, reclaim_read_max};
 
 impl State {
     /// Settles the due leases of one pass (`due_leases`), in account order,
@@ -76,5 +76,19 @@ impl State {
             }
         }
         (due, skipped)
+    }
+
+    /// The fleet's leases (`Store::lease_summary`) from the expiry index,
+    /// which holds exactly the active leases in `(expiry, lease_id)` order:
+    /// the due ones are its prefix up to `cutoff`, the core's reclaim
+    /// boundary, and none is due when that underflowed (`None`).
+    pub(super) fn lease_summary(&self, cutoff: Option<Timestamp>) -> LeaseSummary {
+        let active = self.active_by_expiry.len() as u64;
+        let Some(cutoff) = cutoff else {
+            return LeaseSummary { active, due: 0, oldest_due_expiry: None };
+        };
+        let due = self.active_by_expiry.range(..=(cutoff, LeaseKey::MAX)).count() as u64;
+        let oldest_due_expiry = self.active_by_expiry.first().map(|&(expiry, _)| expiry).filter(|&e| e <= cutoff);
+        LeaseSummary { active, due, oldest_due_expiry }
     }
 }
