@@ -1,12 +1,17 @@
-//! Operator tokens and their two roles.
+//! Operator tokens and their three roles.
 //!
 //! The server keeps only the SHA-256 hash of each token. A presented token is
 //! hashed and compared with every configured hash in constant time, so neither
 //! the comparison's duration nor a log line can reveal a token.
+//!
+//! The viewer role exists for the operator console only: it signs in to
+//! `/console` and sees every page, and every `/v1` route refuses it with
+//! 403, so a read-only token can never change anything.
 
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
+use sha2::{Digest, Sha256};
 use tollgate_core::{Secret, SecretHash};
 
 use crate::AppState;
@@ -20,6 +25,8 @@ pub enum Role {
     /// Acquire, release, consolidate, ingest, verify credentials, read leases
     /// and accounts.
     Gateway,
+    /// Read the operator console; nothing else.
+    Viewer,
 }
 
 /// The shortest operator token accepted: long enough that guessing is hopeless
@@ -29,9 +36,15 @@ pub const TOKEN_CHARS_MIN: usize = 16;
 /// Why a set of operator tokens is unusable. Each names its setting.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TokenError {
-    TooShort { setting: &'static str },
-    NotPrintable { setting: &'static str },
+    TooShort {
+        setting: &'static str,
+    },
+    NotPrintable {
+        setting: &'static str,
+    },
     SameForBothRoles,
+    /// The viewer token equals the admin or the gateway token.
+    ViewerSameAsAnother,
 }
 
 impl std::fmt::Display for TokenError {
@@ -46,6 +59,9 @@ impl std::fmt::Display for TokenError {
             TokenError::SameForBothRoles => {
                 f.write_str("the admin and gateway tokens must differ, or the gateway role could act as admin")
             }
+            TokenError::ViewerSameAsAnother => f.write_str(
+                "the viewer token must differ from the admin and gateway tokens, or a read-only sign-in could act",
+            ),
         }
     }
 }
@@ -58,6 +74,12 @@ impl std::error::Error for TokenError {}
 pub struct OperatorTokens {
     admin: SecretHash,
     gateway: Option<SecretHash>,
+    viewer: Option<SecretHash>,
+    /// Signs console sessions and their CSRF tokens. Derived from the admin
+    /// token under its own label (not its stored hash), so every server
+    /// with the same admin token accepts the same sessions, and changing
+    /// the admin token ends them all.
+    console_key: [u8; 32],
 }
 
 impl std::fmt::Debug for OperatorTokens {
@@ -65,7 +87,8 @@ impl std::fmt::Debug for OperatorTokens {
         f.debug_struct("OperatorTokens")
             .field("admin", &"<redacted>")
             .field("gateway", &self.gateway.as_ref().map(|_| "<redacted>"))
-            .finish()
+            .field("viewer", &self.viewer.as_ref().map(|_| "<redacted>"))
+            .finish_non_exhaustive()
     }
 }
 
@@ -79,23 +102,60 @@ impl OperatorTokens {
                 return Err(TokenError::SameForBothRoles);
             }
         }
-        Ok(Self { admin: admin.hash(), gateway: gateway.map(Secret::hash) })
+        let console_key = Sha256::new()
+            .chain_update(b"tollgate console session key v1\0")
+            .chain_update(admin.expose().as_bytes())
+            .finalize()
+            .into();
+        Ok(Self { admin: admin.hash(), gateway: gateway.map(Secret::hash), viewer: None, console_key })
     }
 
-    /// The role of `token`, if it is one of the operator tokens. Both hashes are
+    /// Adds the read-only viewer token, which signs in to the console only.
+    pub fn with_viewer(mut self, viewer: &Secret) -> Result<Self, TokenError> {
+        check_token("viewer token", viewer)?;
+        let token = viewer.expose();
+        if self.admin.matches(token) || self.gateway.as_ref().is_some_and(|hash| hash.matches(token)) {
+            return Err(TokenError::ViewerSameAsAnother);
+        }
+        self.viewer = Some(viewer.hash());
+        Ok(self)
+    }
+
+    /// The role of `token`, if it is one of the operator tokens. Every hash is
     /// always compared, so the time taken does not depend on which one matched.
     pub fn role_of(&self, token: &str) -> Option<Role> {
         let is_admin = self.admin.matches(token);
         let is_gateway = self.gateway.as_ref().is_some_and(|hash| hash.matches(token));
-        match (is_admin, is_gateway) {
-            (true, _) => Some(Role::Admin),
-            (false, true) => Some(Role::Gateway),
-            (false, false) => None,
+        let is_viewer = self.viewer.as_ref().is_some_and(|hash| hash.matches(token));
+        match (is_admin, is_gateway, is_viewer) {
+            (true, _, _) => Some(Role::Admin),
+            (false, true, _) => Some(Role::Gateway),
+            (false, false, true) => Some(Role::Viewer),
+            (false, false, false) => None,
         }
     }
 
     pub fn has_gateway(&self) -> bool {
         self.gateway.is_some()
+    }
+
+    pub fn has_viewer(&self) -> bool {
+        self.viewer.is_some()
+    }
+
+    /// The key console sessions are signed with.
+    pub(crate) fn console_key(&self) -> &[u8; 32] {
+        &self.console_key
+    }
+
+    /// The stored hash of `role`'s token, which a console session is bound
+    /// to, so that replacing a token ends the sessions it opened.
+    pub(crate) fn hash_of(&self, role: Role) -> Option<&SecretHash> {
+        match role {
+            Role::Admin => Some(&self.admin),
+            Role::Gateway => self.gateway.as_ref(),
+            Role::Viewer => self.viewer.as_ref(),
+        }
     }
 }
 
@@ -125,7 +185,8 @@ fn caller_role(parts: &Parts, tokens: &OperatorTokens) -> Result<Role, ApiError>
 /// token, 403 for the gateway token.
 pub struct AdminAuth;
 
-/// Extracting this succeeds for either operator token.
+/// Extracting this succeeds for the admin and gateway tokens: 401 without a
+/// valid token, 403 for the viewer token.
 pub struct GatewayAuth;
 
 impl FromRequestParts<AppState> for AdminAuth {
@@ -134,7 +195,7 @@ impl FromRequestParts<AppState> for AdminAuth {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         match caller_role(parts, state.tokens())? {
             Role::Admin => Ok(AdminAuth),
-            Role::Gateway => Err(ApiError::Forbidden),
+            Role::Gateway | Role::Viewer => Err(ApiError::Forbidden),
         }
     }
 }
@@ -143,7 +204,10 @@ impl FromRequestParts<AppState> for GatewayAuth {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        caller_role(parts, state.tokens()).map(|_| GatewayAuth)
+        match caller_role(parts, state.tokens())? {
+            Role::Admin | Role::Gateway => Ok(GatewayAuth),
+            Role::Viewer => Err(ApiError::Forbidden),
+        }
     }
 }
 
@@ -181,5 +245,32 @@ mod tests {
             TokenError::NotPrintable { setting: "gateway token" }
         );
         assert_eq!(OperatorTokens::new(&good, Some(&good)).unwrap_err(), TokenError::SameForBothRoles);
+        let gateway = secret("gateway-token-0123456789");
+        let both = OperatorTokens::new(&good, Some(&gateway)).unwrap();
+        assert_eq!(both.clone().with_viewer(&good).unwrap_err(), TokenError::ViewerSameAsAnother);
+        assert_eq!(both.clone().with_viewer(&gateway).unwrap_err(), TokenError::ViewerSameAsAnother);
+        assert_eq!(both.with_viewer(&secret("short")).unwrap_err(), TokenError::TooShort { setting: "viewer token" });
+    }
+
+    #[test]
+    fn the_viewer_token_has_the_viewer_role_only() {
+        let admin = secret("admin-token-0123456789");
+        let viewer = secret("viewer-token-0123456789");
+        let tokens = OperatorTokens::new(&admin, None).unwrap().with_viewer(&viewer).unwrap();
+        assert_eq!(tokens.role_of("viewer-token-0123456789"), Some(Role::Viewer));
+        assert_eq!(tokens.role_of("admin-token-0123456789"), Some(Role::Admin));
+        assert!(tokens.has_viewer());
+        assert!(!format!("{tokens:?}").contains("0123456789"));
+    }
+
+    #[test]
+    fn the_console_key_follows_the_admin_token_only() {
+        let admin = secret("admin-token-0123456789");
+        let one = OperatorTokens::new(&admin, None).unwrap();
+        let two = OperatorTokens::new(&admin, Some(&secret("gateway-token-0123456789"))).unwrap();
+        let other = OperatorTokens::new(&secret("admin-token-9876543210"), None).unwrap();
+        assert_eq!(one.console_key(), two.console_key());
+        assert_ne!(one.console_key(), other.console_key());
+        assert_ne!(one.console_key(), admin.hash().as_bytes());
     }
 }

@@ -14,6 +14,7 @@
 pub mod auth;
 pub mod clock_check;
 mod connection;
+mod console;
 pub mod error;
 pub mod extract;
 pub mod metrics;
@@ -145,6 +146,7 @@ struct Inner {
     limits: Limits,
     clock_guard: clock_check::ClockGuard,
     webhooks: WebhookSettings,
+    console: console::ConsoleState,
 }
 
 impl AppState {
@@ -165,7 +167,8 @@ impl AppState {
     ) -> Self {
         let metrics = Metrics::new(clock.now()).with_store(store.clone());
         let clock_guard = clock_check::ClockGuard::default();
-        Self { inner: Arc::new(Inner { store, clock, tokens, metrics, limits, clock_guard, webhooks }) }
+        let console = console::ConsoleState::default();
+        Self { inner: Arc::new(Inner { store, clock, tokens, metrics, limits, clock_guard, webhooks, console }) }
     }
 
     /// How webhooks are sealed and delivered.
@@ -197,10 +200,15 @@ impl AppState {
     pub fn clock_guard(&self) -> &clock_check::ClockGuard {
         &self.inner.clock_guard
     }
+
+    /// What the operator console keeps between requests.
+    pub(crate) fn console(&self) -> &console::ConsoleState {
+        &self.inner.console
+    }
 }
 
-/// The whole HTTP surface: `/v1` routes, health, readiness, metrics and the
-/// OpenAPI document, with request IDs, request tracing, request metrics, the
+/// The whole HTTP surface: `/v1` routes, health, readiness, metrics, the
+/// OpenAPI document and the operator console (`/console`), with request IDs, request tracing, request metrics, the
 /// per-request timeout and the body limit applied to every route.
 ///
 /// Layers, outermost first:
@@ -234,6 +242,7 @@ pub fn router(state: AppState) -> Router {
         .layer(TraceLayer::new_for_http().make_span_with(request_span).on_failure(()))
         .layer(PropagateRequestIdLayer::x_request_id());
     routes
+        .merge(console::router())
         .fallback(unknown_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limits.body_bytes_max))

@@ -396,6 +396,17 @@ impl Metrics {
         *self.clock.last.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(*status);
     }
 
+    /// When the last reclaim pass succeeded (or the server started).
+    pub(crate) fn last_reclaim(&self) -> Option<Timestamp> {
+        Timestamp::from_microsecond(self.reclaim_since_us.load(Ordering::Relaxed)).ok()
+    }
+
+    /// How many leases this server settled each way since it started.
+    pub(crate) fn settled_leases(&self) -> [(&'static str, u64); 3] {
+        [LeaseEvent::Released, LeaseEvent::Consolidated, LeaseEvent::Reclaimed]
+            .map(|event| (event.as_str(), self.leases.get_or_create(&LeaseLabels { event }).get()))
+    }
+
     /// The Prometheus text exposition of every metric at `now`.
     pub fn render(&self, now: Timestamp) -> String {
         let since_us = self.reclaim_since_us.load(Ordering::Relaxed);

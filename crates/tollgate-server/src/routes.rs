@@ -398,7 +398,10 @@ pub(crate) async fn ingest(
 ) -> ApiResult {
     let result = ingest_events(&state, body).await;
     match &result {
-        Ok(outcomes) => state.metrics().observe_outcomes(outcomes),
+        Ok(outcomes) => {
+            state.metrics().observe_outcomes(outcomes);
+            state.console().ingest.record(outcomes, state.now());
+        }
         Err(error) => state.metrics().observe_batch_error(error),
     }
     let outcomes = result?;

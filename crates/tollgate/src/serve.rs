@@ -30,6 +30,11 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "TOLLGATE_GATEWAY_TOKEN", hide_env_values = true, value_name = "TOKEN")]
     gateway_token: Option<String>,
 
+    /// Read-only operator token: signs in to the console at /console and sees
+    /// every page, changes nothing; every /v1 route refuses it.
+    #[arg(long, env = "TOLLGATE_VIEWER_TOKEN", hide_env_values = true, value_name = "TOKEN")]
+    viewer_token: Option<String>,
+
     /// Longest lease TTL; longer requests are clamped to it (ISO 8601).
     #[arg(long, env = "TOLLGATE_MAX_TTL", default_value = "PT1H", value_parser = parse_duration, value_name = "DURATION")]
     max_ttl: SignedDuration,
@@ -131,8 +136,13 @@ pub(crate) async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let settings = Settings::of(&args)?;
     let Configured { admin, gateway, generated } =
         configured_tokens(args.admin_token.clone(), args.gateway_token.clone(), args.database_url.is_none())?;
-    let tokens = OperatorTokens::new(&admin, gateway.as_ref())
+    let mut tokens = OperatorTokens::new(&admin, gateway.as_ref())
         .map_err(|error| anyhow::anyhow!("invalid operator token: {error}"))?;
+    if let Some(viewer) = &args.viewer_token {
+        tokens = tokens
+            .with_viewer(&Secret::new(viewer.clone()))
+            .map_err(|error| anyhow::anyhow!("invalid operator token: {error}"))?;
+    }
     let opened = open_store(&args, &settings).await?;
     pin_reclaim_grace(opened.store.as_ref(), args.replace_recorded_grace).await?;
 
@@ -322,6 +332,10 @@ fn print_banner(
         }
         println!("  e.g. curl -H 'Authorization: Bearer {}' http://{address}/v1/admin/check", admin.expose());
     }
+    println!(
+        "console: http://{address}/console (sign in with the admin token{})",
+        if args.viewer_token.is_some() { ", or the viewer token to look only" } else { "" }
+    );
     println!("listening on http://{address}");
 }
 

@@ -5,6 +5,7 @@
 mod bodies;
 mod clock;
 mod connections;
+mod console;
 mod handlers;
 mod idempotency;
 mod journal;
