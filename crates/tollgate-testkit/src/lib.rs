@@ -8,8 +8,12 @@
 //! A webhook [`receiver::Receiver`] on loopback records deliveries and checks
 //! their signatures with its own HMAC.
 //!
+//! A [`browser::Browser`] drives a headless Chromium over the W3C WebDriver
+//! protocol, for the tests of the server's HTML pages.
+//!
 //! This crate is a dev-dependency only; nothing that ships depends on it.
 
+pub mod browser;
 pub mod receiver;
 
 use std::net::SocketAddr;
