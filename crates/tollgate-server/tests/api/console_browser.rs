@@ -74,8 +74,26 @@ async fn sign_in(browser: &Browser, base: &str, token: &str) {
     browser.goto(&format!("{base}/console")).await;
     assert!(browser.current_url().await.ends_with("/console/sign-in"), "{}", browser.current_url().await);
     browser.find("#token").await.send_keys(token).await;
-    browser.find("#sign-in-button").await.click().await;
+    click_through(browser, "#sign-in-button").await;
     assert!(browser.current_url().await.ends_with("/console/accounts"), "{}", browser.page_source().await);
+}
+
+/// Clicks `css`, which submits a form or follows a link, and waits until
+/// the next page has loaded: a mark left on this page's window is gone and
+/// the new document is complete.
+async fn click_through(browser: &Browser, css: &str) {
+    browser.execute("window.tollgateTestMark = true;", &[]).await;
+    browser.find(css).await.click().await;
+    for _ in 0..200 {
+        let done = browser
+            .execute("return window.tollgateTestMark === undefined && document.readyState === 'complete';", &[])
+            .await;
+        if done == Value::Bool(true) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("clicking {css} did not load another page: {}", browser.current_url().await);
 }
 
 /// The number an element of the page shows.
@@ -99,8 +117,8 @@ async fn drive(app: App) {
     assert_eq!(cookie.same_site.as_deref(), Some("Strict"));
 
     browser.find("#prefix").await.send_keys("ac").await;
-    browser.find("#search button").await.click().await;
-    browser.find(r#"tr[data-account-id="acme"] a"#).await.click().await;
+    click_through(&browser, "#search button").await;
+    click_through(&browser, r#"tr[data-account-id="acme"] a"#).await;
     assert!(browser.current_url().await.ends_with("/console/accounts/acme"));
 
     let account = account_json(&app).await;
@@ -125,7 +143,7 @@ async fn assert_chart_matches_usage(app: &App, browser: &Browser) {
     assert!(browser.find("#usage svg.chart").await.is_displayed().await);
     browser.find("#by").await.send_keys("dimension").await;
     browser.find("#dimension").await.send_keys("model").await;
-    browser.find("#usage-grouping button").await.click().await;
+    click_through(browser, "#usage-grouping button").await;
     let by_model = app.ok(As::Admin, Method::GET, &format!("{path}&group_by=dimension:model"), None, StatusCode::OK).await;
     let sum = |value: &str| -> u64 {
         by_model["buckets"]
@@ -141,7 +159,7 @@ async fn assert_chart_matches_usage(app: &App, browser: &Browser) {
     let small = browser.find(r#"#usage-totals tr[data-series="<i>small</i>"]"#).await;
     assert_eq!(small.find("td.units").await.text().await.parse::<u64>().unwrap(), sum("<i>small</i>"));
     assert!(small.find("th").await.text().await.ends_with("<i>small</i>"), "markup in a dimension is text");
-    browser.find(r#"#usage a[href*="range=30d"]"#).await.click().await;
+    click_through(browser, r#"#usage a[href*="range=30d"]"#).await;
     assert_eq!(number(browser, "#usage-total").await, total, "every event is within the last 30 days too");
 }
 
@@ -161,7 +179,7 @@ async fn add_credit(app: &App, browser: &Browser) {
     let credit_id = browser.find("#credit_id").await.property("value").await;
     assert!(credit_id.as_str().unwrap().starts_with("console-"), "a fresh credit id is filled in");
     browser.find("#units").await.send_keys("250").await;
-    browser.find("#add-credit button").await.click().await;
+    click_through(browser, "#add-credit button").await;
     assert_eq!(number(browser, r#"#balance [data-counter="credited"]"#).await, before + 250);
     assert_eq!(account_json(app).await["credited"].as_u64().unwrap(), before + 250);
     let row = format!(r#"#credits tr[data-credit-id="{}"]"#, credit_id.as_str().unwrap());
@@ -170,7 +188,7 @@ async fn add_credit(app: &App, browser: &Browser) {
 
 async fn revoke(app: &App, browser: &Browser, credential_id: &str) {
     let row = format!(r#"#credentials tr[data-credential-id="{credential_id}"]"#);
-    browser.find(&format!("{row} form.revoke button")).await.click().await;
+    click_through(browser, &format!("{row} form.revoke button")).await;
     assert!(browser.find(&format!("{row} td.state")).await.text().await.starts_with("revoked"));
     let path = format!("/v1/accounts/acme/credentials/{credential_id}");
     let credential = app.ok(As::Admin, Method::GET, &path, None, StatusCode::OK).await;

@@ -6,6 +6,7 @@ mod bodies;
 mod clock;
 mod connections;
 mod console;
+mod console_browser;
 mod handlers;
 mod idempotency;
 mod journal;
