@@ -83,7 +83,10 @@ impl Driver {
         .ok()
         .flatten();
         let Some(port) = port else {
-            panic!("chromedriver printed no port within {BROWSER_WAIT_MAX:?}; its output:\n{}", log.text());
+            panic!(
+                "chromedriver printed no port (it exited, or took over {BROWSER_WAIT_MAX:?}); its output:\n{}",
+                log.text()
+            );
         };
         log.drain(stdout);
         let http = reqwest::Client::builder()
