@@ -136,7 +136,7 @@ fn leases(leases: &[Lease], more: bool, now: jiff::Timestamp) -> Markup {
                             td.num { (lease.granted) }
                             td.num { (lease.used) }
                             td { (time_element(lease.expiry)) @if lease.expiry_is_upper_bound { " (at the latest)" } }
-                            td { (duration(lease.expiry.duration_since(now))) }
+                            td { (time_left(lease.expiry, now)) }
                         }
                     } }
                 } }
@@ -144,6 +144,13 @@ fn leases(leases: &[Lease], more: bool, now: jiff::Timestamp) -> Markup {
             }
         }
     }
+}
+
+/// `12 min 5 s`, or `expired 3 s ago` for a lease the reclaim worker has
+/// yet to settle.
+fn time_left(expiry: jiff::Timestamp, now: jiff::Timestamp) -> String {
+    let left = expiry.duration_since(now);
+    if left.is_negative() { format!("expired {}", duration(left)) } else { duration(left) }
 }
 
 fn credentials(signed: &Signed, account_id: &str, credentials: &[Credential]) -> Markup {

@@ -28,10 +28,13 @@ fn now() -> Timestamp {
 
 fn app_over(store: Arc<dyn tollgate_store::Store>) -> App {
     let clock = Arc::new(ManualClock::new(now()));
-    let tokens = OperatorTokens::new(&tollgate_core::Secret::new(ADMIN.into()), Some(&tollgate_core::Secret::new(GATEWAY.into())))
-        .unwrap()
-        .with_viewer(&tollgate_core::Secret::new(VIEWER.into()))
-        .unwrap();
+    let tokens = OperatorTokens::new(
+        &tollgate_core::Secret::new(ADMIN.into()),
+        Some(&tollgate_core::Secret::new(GATEWAY.into())),
+    )
+    .unwrap()
+    .with_viewer(&tollgate_core::Secret::new(VIEWER.into()))
+    .unwrap();
     let state = AppState::with_limits(store, clock.clone(), tokens, Limits::default());
     App { router: router(state.clone()), clock, state }
 }
@@ -52,7 +55,13 @@ const LABEL: &str = "<b>mobile</b> app & \"more\"";
 async fn seed(app: &App) -> String {
     let (credential_id, _) = app.funded("acme", 5_000).await;
     let other = app
-        .ok(As::Admin, Method::POST, "/v1/accounts/acme/credentials", Some(json!({"label": LABEL})), StatusCode::CREATED)
+        .ok(
+            As::Admin,
+            Method::POST,
+            "/v1/accounts/acme/credentials",
+            Some(json!({"label": LABEL})),
+            StatusCode::CREATED,
+        )
         .await;
     let lease = json!({"units": 400, "ttl": "PT30M"});
     app.ok(As::Gateway, Method::POST, "/v1/accounts/acme/leases", Some(lease), StatusCode::CREATED).await;
@@ -144,7 +153,8 @@ async fn assert_chart_matches_usage(app: &App, browser: &Browser) {
     browser.find("#by").await.send_keys("dimension").await;
     browser.find("#dimension").await.send_keys("model").await;
     click_through(browser, "#usage-grouping button").await;
-    let by_model = app.ok(As::Admin, Method::GET, &format!("{path}&group_by=dimension:model"), None, StatusCode::OK).await;
+    let by_model =
+        app.ok(As::Admin, Method::GET, &format!("{path}&group_by=dimension:model"), None, StatusCode::OK).await;
     let sum = |value: &str| -> u64 {
         by_model["buckets"]
             .as_array()
@@ -247,8 +257,9 @@ async fn the_console_in_a_browser_on_postgres() {
     drive(app_over(Arc::new(store))).await;
 }
 
-/// The account and fleet pages at 1280 px and at 360 px wide; written to
-/// `TOLLGATE_SCREENSHOTS_DIR` when it is set.
+/// The account and fleet pages at 1280 px, written to
+/// `TOLLGATE_SCREENSHOTS_DIR` when it is set; and every page readable at
+/// 360 px wide without scrolling sideways.
 #[tokio::test]
 async fn console_screenshots() {
     let app = app_over(Arc::new(tollgate_store::MemoryStore::new(policy())));
@@ -257,16 +268,31 @@ async fn console_screenshots() {
     let base = listen(&app).await;
     let browser = Browser::start().await;
     sign_in(&browser, &base, ADMIN).await;
+    browser.goto(&format!("{base}/console/check")).await;
+    assert_eq!(browser.find("#check-status").await.attr("data-clean").await.as_deref(), Some("true"));
     let dir = std::env::var_os("TOLLGATE_SCREENSHOTS_DIR").map(std::path::PathBuf::from);
     for (page, file) in [("/console/accounts/acme", "console-account.png"), ("/console/fleet", "console-fleet.png")] {
-        browser.set_window_size(1280, 1800).await;
+        browser.set_viewport(1280, 800).await;
         browser.goto(&format!("{base}{page}")).await;
+        let height = browser.execute("return document.documentElement.scrollHeight;", &[]).await;
+        browser.set_viewport(1280, u32::try_from(height.as_u64().unwrap()).unwrap()).await;
         let png = browser.screenshot_png().await;
         assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
         if let Some(dir) = &dir {
             std::fs::write(dir.join(file), &png).unwrap();
         }
-        browser.set_window_size(360, 800).await;
+    }
+    browser.set_viewport(360, 800).await;
+    for page in [
+        "/console/sign-in",
+        "/console/accounts",
+        "/console/accounts/acme",
+        "/console/accounts/acme/journal",
+        "/console/fleet",
+        "/console/check",
+        "/console/webhooks",
+    ] {
+        browser.goto(&format!("{base}{page}")).await;
         let width = browser.execute("return document.documentElement.scrollWidth;", &[]).await;
         assert!(width.as_u64().unwrap() <= 360, "{page} is readable at 360 px without scrolling sideways: {width}");
     }

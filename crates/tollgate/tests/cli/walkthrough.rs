@@ -127,6 +127,10 @@ async fn the_walkthrough_runs_as_written() {
         r#""code": "forbidden""#,
         r#""type":"balance.threshold_crossed""#,
         "signature verified for event",
+        "console: http://127.0.0.1:",
+        "303",
+        r#"data-counter="credited">1000"#,
+        r#"data-counter="available">370"#,
     ] {
         assert!(stdout.contains(expected), "the walkthrough's output lacks {expected}:\n{stdout}");
     }
