@@ -42,9 +42,14 @@ pub(crate) fn secured(mut router: OpenApiRouter<AppState>, role: Role) -> OpenAp
     router
 }
 
-/// What every route behind an operator token shares: the `bearer` security
-/// requirement, 401 without a valid token and, where only the admin may call,
-/// 403 for the gateway token. Written here once instead of on each handler.
+/// The operation extension naming the least role that may call it: `admin`
+/// (the admin token only) or `gateway` (the admin or gateway token).
+pub const ROLE_EXTENSION: &str = "x-tollgate-role";
+
+/// What every route behind an operator token shares: its role
+/// ([`ROLE_EXTENSION`]), the `bearer` security requirement, 401 without a valid token, and 403 for a token whose role may
+/// not call it (the gateway token on admin routes; the console's viewer token
+/// on every route). Written here once instead of on each handler.
 struct Secured(Role);
 
 impl Modify for Secured {
@@ -53,11 +58,18 @@ impl Modify for Secured {
             let operations = [&mut item.get, &mut item.post, &mut item.put, &mut item.delete, &mut item.patch];
             for operation in operations.into_iter().flatten() {
                 operation.security = Some(vec![SecurityRequirement::new("bearer", Vec::<String>::new())]);
+                let role = if self.0 == Role::Admin { "admin" } else { "gateway" };
+                operation
+                    .extensions
+                    .get_or_insert_with(Default::default)
+                    .merge([(ROLE_EXTENSION, role)].into_iter().collect());
                 let responses = &mut operation.responses.responses;
                 responses.insert("401".to_owned(), RefOr::T(error_response("No or unknown token")));
-                if self.0 == Role::Admin {
-                    responses.insert("403".to_owned(), RefOr::T(error_response("Not the admin token")));
-                }
+                let forbidden = match self.0 {
+                    Role::Admin => "Not the admin token",
+                    Role::Gateway | Role::Viewer => "The viewer token, which serves the console only",
+                };
+                responses.insert("403".to_owned(), RefOr::T(error_response(forbidden)));
             }
         }
     }
@@ -70,8 +82,11 @@ impl Modify for BearerAuth {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let components = openapi.components.get_or_insert_with(Default::default);
         let mut http = Http::new(HttpAuthScheme::Bearer);
-        http.description =
-            Some("An operator token: the admin token, or the gateway token where the route allows it.".to_owned());
+        http.description = Some(
+            "An operator token: the admin token, or the gateway token where the route allows it. The viewer token \
+                  signs in to the console only and is refused here with 403."
+                .to_owned(),
+        );
         components.add_security_scheme("bearer", SecurityScheme::Http(http));
     }
 }

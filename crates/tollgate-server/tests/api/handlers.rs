@@ -44,10 +44,10 @@ fn event(request_id: &str, credential_id: &str, units: u64, lease: Option<(&str,
 }
 
 /// Each documented operation's role, read from the served document: one with
-/// no `security` is public, one that lists 403 is for the admin only, and any
-/// other takes either operator token. Path parameters name things that do not
+/// no `security` is public, one whose `x-tollgate-role` is `admin` is for the
+/// admin only, and one whose role is `gateway` takes either operator token. Path parameters name things that do not
 /// exist: auth is decided before the store is asked.
-fn documented_routes() -> Vec<(Method, String, Option<bool>)> {
+pub(crate) fn documented_routes() -> Vec<(Method, String, Option<bool>)> {
     let document: Value = serde_json::from_str(tollgate_server::openapi::document()).unwrap();
     let mut routes = vec![];
     for (template, item) in document["paths"].as_object().unwrap() {
@@ -58,7 +58,9 @@ fn documented_routes() -> Vec<(Method, String, Option<bool>)> {
             .join("/");
         for (method, operation) in item.as_object().unwrap() {
             let method = Method::from_bytes(method.to_ascii_uppercase().as_bytes()).unwrap();
-            let admin_only = operation["security"].is_array().then(|| operation["responses"]["403"].is_object());
+            let role = operation[tollgate_server::openapi::ROLE_EXTENSION].as_str();
+            assert_eq!(operation["security"].is_array(), role.is_some(), "{template}: a secured route names its role");
+            let admin_only = role.map(|role| role == "admin");
             routes.push((method, path.clone(), admin_only));
         }
     }
