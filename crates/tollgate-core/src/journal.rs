@@ -165,6 +165,27 @@ impl EntryIds {
     }
 }
 
+/// The ids in one line, as the CLI and the console print them:
+/// `credit:ID lease:ID leases:A+B events:N`, each part only when present.
+impl std::fmt::Display for EntryIds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(credit_id) = &self.credit_id {
+            parts.push(format!("credit:{credit_id}"));
+        }
+        if let Some(lease_id) = &self.lease_id {
+            parts.push(format!("lease:{lease_id}"));
+        }
+        if !self.leases.is_empty() {
+            parts.push(format!("leases:{}", self.leases.join("+")));
+        }
+        if let Some(events) = self.events {
+            parts.push(format!("events:{events}"));
+        }
+        f.write_str(&parts.join(" "))
+    }
+}
+
 /// One `usage` change per account whose counters a classified batch changed:
 /// `before` gives each account as it was loaded. The leases are those the
 /// accepted events of the account named, in first-named order.
@@ -251,6 +272,24 @@ pub fn check_replay<'a>(account: &Account, entries: impl IntoIterator<Item = &'a
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod display_tests {
+    use super::*;
+
+    #[test]
+    fn ids_print_each_present_part_in_one_line() {
+        let ids = EntryIds {
+            credit_id: Some("c".into()),
+            lease_id: Some("l".into()),
+            leases: vec!["a".into(), "b".into()],
+            events: Some(3),
+        };
+        assert_eq!(ids.to_string(), "credit:c lease:l leases:a+b events:3");
+        assert_eq!(EntryIds::default().to_string(), "");
+        assert_eq!(EntryIds::reclaim(vec!["x".into()]).to_string(), "leases:x");
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use tollgate_api::JournalEntryBody;
-use tollgate_core::PageLimit;
+use tollgate_core::{EntryIds, PageLimit};
 
 use crate::remote::RemoteArgs;
 use crate::table::{Cell, Table};
@@ -32,22 +32,15 @@ const COLUMNS: [&str; 11] =
     ["seq", "kind", "at", "credited", "available", "reserved", "consumed", "overage", "billed", "next_fence", "ids"];
 
 /// The ids an entry names, in one cell: `credit:ID`, `lease:ID`,
-/// `leases:A+B`, `events:N`.
+/// `leases:A+B`, `events:N` (`tollgate_core::EntryIds`'s one line).
 fn ids(entry: &JournalEntryBody) -> String {
-    let mut ids = Vec::new();
-    if let Some(credit_id) = &entry.credit_id {
-        ids.push(format!("credit:{credit_id}"));
+    EntryIds {
+        credit_id: entry.credit_id.clone(),
+        lease_id: entry.lease_id.clone(),
+        leases: entry.leases.clone(),
+        events: entry.events,
     }
-    if let Some(lease_id) = &entry.lease_id {
-        ids.push(format!("lease:{lease_id}"));
-    }
-    if !entry.leases.is_empty() {
-        ids.push(format!("leases:{}", entry.leases.join("+")));
-    }
-    if let Some(events) = entry.events {
-        ids.push(format!("events:{events}"));
-    }
-    ids.join(" ")
+    .to_string()
 }
 
 fn row(entry: &JournalEntryBody) -> Vec<Cell> {

@@ -278,9 +278,15 @@ pub(crate) async fn add_credit(
         }
     };
     let credit_id = form.get("credit_id").unwrap_or("").trim();
-    match state.store().credit(&account_id, credit_id, units, state.now()).await {
-        Ok(_) => super::see_other(&account_path(&account_id)),
-        Err(error) => failure(&error, &signed),
+    let credited = state.store().credit(&account_id, credit_id, units, state.now()).await;
+    back_to_account(credited, &account_id, &signed)
+}
+
+/// After a change: back to the account page, or the refusal's page.
+fn back_to_account<T>(result: Result<T, tollgate_core::Error>, account_id: &str, signed: &Signed) -> Response {
+    match result {
+        Ok(_) => super::see_other(&account_path(account_id)),
+        Err(error) => failure(&error, signed),
     }
 }
 
@@ -319,10 +325,8 @@ pub(crate) async fn revoke(
     if let Some(refused) = signed.refuses_change(&state, &form) {
         return refused;
     }
-    match state.store().revoke_credential(&account_id, &credential_id, state.now()).await {
-        Ok(_) => super::see_other(&account_path(&account_id)),
-        Err(error) => failure(&error, &signed),
-    }
+    let revoked = state.store().revoke_credential(&account_id, &credential_id, state.now()).await;
+    back_to_account(revoked, &account_id, &signed)
 }
 
 /// The account's journal, a page at a time from `after`.
@@ -371,7 +375,7 @@ fn journal_table(entries: &[tollgate_core::Entry]) -> Markup {
                         td { (entry.kind.as_str()) }
                         td { (time_element(entry.at)) }
                         @for delta in entry.deltas { td.num { @if delta != 0 { (signed_number(delta)) } } }
-                        td.id { (entry_ids(&entry.ids)) }
+                        td.id { (entry.ids.to_string()) }
                     }
                 } }
             } }
@@ -383,37 +387,13 @@ fn signed_number(delta: i128) -> String {
     if delta > 0 { format!("+{delta}") } else { delta.to_string() }
 }
 
-fn entry_ids(ids: &tollgate_core::EntryIds) -> String {
-    let mut parts = Vec::new();
-    if let Some(credit) = &ids.credit_id {
-        parts.push(format!("credit {credit}"));
-    }
-    if let Some(lease) = &ids.lease_id {
-        parts.push(format!("lease {lease}"));
-    }
-    if !ids.leases.is_empty() {
-        parts.push(format!("leases {}", ids.leases.join(", ")));
-    }
-    if let Some(events) = ids.events {
-        parts.push(format!("{events} events"));
-    }
-    parts.join("; ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn journal_cells_show_signed_changes_and_the_ids_involved() {
+    fn journal_cells_show_signed_changes() {
         assert_eq!(signed_number(5), "+5");
         assert_eq!(signed_number(-5), "-5");
-        let ids = tollgate_core::EntryIds {
-            credit_id: None,
-            lease_id: Some("l1".into()),
-            leases: vec!["a".into(), "b".into()],
-            events: Some(3),
-        };
-        assert_eq!(entry_ids(&ids), "lease l1; leases a, b; 3 events");
     }
 }
