@@ -21,8 +21,8 @@ use tollgate_core::journal::{EntryIds, EntryKind, usage_changes};
 use tollgate_core::ledger::{self, LeaseState};
 use tollgate_core::usage::{self, UsageView};
 use tollgate_core::{
-    Account, Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, KeyRoute, Lease,
-    LeaseFilter, Page, PageLimit, PageRequest, ReclaimPass, SecretHash, UnitDomain, UsageEvent, UsageQuery,
+    Account, AlertRule, Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, KeyRoute,
+    Lease, LeaseFilter, Page, PageLimit, PageRequest, ReclaimPass, SecretHash, UnitDomain, UsageEvent, UsageQuery,
     UsageReport, route_credential_key, validate_id,
 };
 
@@ -79,6 +79,21 @@ impl LeaseRecord {
     }
 }
 
+/// An account's counters and its alert rules, kept together: a change
+/// journaled on the account judges the rules it finds beside the counters it
+/// changed, with no lookup of its own.
+struct AccountRecord {
+    account: Account,
+    /// Oldest first.
+    rules: Vec<AlertRule>,
+}
+
+impl AccountRecord {
+    fn new(account: Account) -> Self {
+        Self { account, rules: Vec::new() }
+    }
+}
+
 struct CredentialRecord {
     credential: Credential,
     key: SecretHash,
@@ -87,7 +102,7 @@ struct CredentialRecord {
 #[derive(Default)]
 struct State {
     /// Ordered by id, which is the lock order reclaim reports in.
-    accounts: BTreeMap<String, Account>,
+    accounts: BTreeMap<String, AccountRecord>,
     /// Every account id once, so that lease records name their account by index.
     account_ids: Vec<String>,
     account_index: HashMap<String, u32>,
@@ -151,7 +166,17 @@ impl MemoryStore {
 
 impl State {
     fn account(&self, account_id: &str) -> Result<&Account, Error> {
-        self.accounts.get(account_id).ok_or(Error::AccountNotFound)
+        self.accounts.get(account_id).map(|record| &record.account).ok_or(Error::AccountNotFound)
+    }
+
+    /// Stores counters the core decided for an account, keeping its rules.
+    fn store_account(&mut self, account: Account) {
+        match self.accounts.get_mut(&account.account_id) {
+            Some(record) => record.account = account,
+            None => {
+                self.accounts.insert(account.account_id.clone(), AccountRecord::new(account));
+            }
+        }
     }
 
     fn view(&self, account_id: &str) -> Result<AccountView, Error> {
@@ -164,7 +189,7 @@ impl State {
         let index = u32::try_from(self.account_ids.len()).expect("fewer than 2^32 accounts in memory");
         self.account_ids.push(account_id.to_owned());
         self.account_index.insert(account_id.to_owned(), index);
-        self.accounts.insert(account_id.to_owned(), Account::new(account_id.to_owned()));
+        self.accounts.insert(account_id.to_owned(), AccountRecord::new(Account::new(account_id.to_owned())));
     }
 
     fn lease_of(&self, key: LeaseKey, record: &LeaseRecord) -> Lease {
@@ -289,7 +314,7 @@ impl UsageView for BatchView<'_> {
     }
 
     fn account(&self, account_id: &str) -> Option<&Account> {
-        self.state.accounts.get(account_id)
+        self.state.account(account_id).ok()
     }
 
     fn lease(&self, lease_id: &str) -> Option<&Lease> {
@@ -306,15 +331,15 @@ impl UsageSink for MemoryStore {
     async fn ingest(&self, batch: Vec<UsageEvent>, now: Timestamp) -> Result<Vec<EventOutcome>, IngestError> {
         let mut state = self.lock();
         let plan = usage::classify(&batch, now, &self.policy, DOMAIN, &BatchView::new(&state, &batch))?;
-        for change in usage_changes(&batch, &plan, |id| state.accounts.get(id)) {
-            let Some(before) = state.accounts.get(&change.account_id).map(Account::counters) else { continue };
+        for change in usage_changes(&batch, &plan, |id| state.account(id).ok()) {
+            let Some(before) = state.account(&change.account_id).ok().map(Account::counters) else { continue };
             state.record(change, before, now);
         }
         for index in plan.accepted {
             state.events.record(&batch[index]);
         }
-        for (account_id, account) in plan.accounts {
-            state.accounts.insert(account_id, account);
+        for account in plan.accounts.into_values() {
+            state.store_account(account);
         }
         for lease in plan.leases.values() {
             state.write_lease(lease);
