@@ -99,6 +99,19 @@ impl Condition {
         }
     }
 
+    /// Whether the condition reads the counter at index `counter` (in
+    /// `COUNTER_NAMES` order): a change that moves none of the counters it
+    /// reads cannot make it cross. `acquire_refused` reads none; it is judged
+    /// at refusals.
+    pub fn watches(&self, counter: usize) -> bool {
+        match self {
+            Condition::AvailableBelow { .. } => counter == AVAILABLE,
+            Condition::AvailableBelowPercent { .. } => counter == AVAILABLE || counter == CREDITED,
+            Condition::OverageAbove { .. } => counter == OVERAGE,
+            Condition::AcquireRefused => false,
+        }
+    }
+
     /// The event a change from `before` to `after` causes under this
     /// condition, if any: crossing into the condition, or out of it for a
     /// balance condition. Overage never falls, so it has no recovery.
@@ -322,6 +335,23 @@ pub fn derive(rules: &[AlertRule], before: &[u64; COUNTERS], entry: &impl EntryV
         _ => {}
     }
     Ok(derived)
+}
+
+/// Whether [`derive`] decides nothing for an entry numbered `seq` of
+/// `kind` that moves its account's counters by `deltas`, under `rules`: no
+/// rule judging it reads a counter it moves (`Condition::watches`), it
+/// re-arms no rule, and its kind causes no event of its own (only a credit
+/// or a reclaim does). Such an entry emits no event whatever the counters
+/// were before it, so a store may skip deriving it.
+pub fn is_silent(rules: &[AlertRule], seq: u64, kind: EntryKind, deltas: &Deltas) -> bool {
+    if matches!(kind, EntryKind::Credit | EntryKind::Reclaim) {
+        return false;
+    }
+    let moved = |condition: &Condition| deltas.iter().enumerate().any(|(i, &d)| d != 0 && condition.watches(i));
+    rules
+        .iter()
+        .filter(|rule| rule.from_seq < seq)
+        .all(|rule| !moved(&rule.condition) && !rule.refused_at_seq.is_some_and(|refused| rearms(refused, seq, deltas)))
 }
 
 fn apply(before: &[u64; COUNTERS], deltas: &Deltas, seq: u64, account_id: &str) -> Result<[u64; COUNTERS], Error> {
@@ -615,6 +645,49 @@ mod tests {
         assert!(falling.rearmed.is_empty());
         let rising = derive(&[refused], &counters(10, 5, 0), &entry(5, EntryKind::Release, 1)).unwrap();
         assert_eq!(rising.rearmed, ["r"]);
+    }
+
+    /// Every condition, armed or waiting for re-arming, against an entry
+    /// of every kind that moves one counter, either way, across each
+    /// condition's threshold: an entry `is_silent` calls silent emits
+    /// nothing and re-arms nothing, and every other one that moves a
+    /// counter a rule reads is not silent.
+    #[test]
+    fn a_silent_entry_is_one_derive_decides_nothing_for() {
+        let conditions = [
+            Condition::AvailableBelow { units: 100 },
+            Condition::AvailableBelowPercent { percent: 10 },
+            Condition::OverageAbove { units: 5 },
+            Condition::AcquireRefused,
+        ];
+        // Every counter above zero, so that a change of one by either sign applies.
+        let before = [1_000, 100, 900, 10, 5, 10, 2];
+        let kinds = [EntryKind::Acquire, EntryKind::Release, EntryKind::Consolidate, EntryKind::Usage];
+        let mut silent = 0;
+        for (condition, refused_at_seq, kind, counter, delta) in conditions
+            .into_iter()
+            .flat_map(|c| [(c, None), (c, Some(1))])
+            .flat_map(|(c, r)| kinds.map(|k| (c, r, k)))
+            .flat_map(|(c, r, k)| (0..COUNTERS).flat_map(move |i| [(c, r, k, i, -1), (c, r, k, i, 1)]))
+        {
+            let rules = [AlertRule { refused_at_seq, ..rule("r", condition) }];
+            let mut moved = entry(2, kind, 0);
+            moved.deltas[counter] = delta;
+            let derived = derive(&rules, &before, &moved).unwrap();
+            let decided = !derived.events.is_empty() || !derived.rearmed.is_empty();
+            let quiet = is_silent(&rules, 2, kind, &moved.deltas);
+            assert!(!(quiet && decided), "{condition:?} {refused_at_seq:?} {kind:?} counter {counter} by {delta}");
+            assert_eq!(quiet, !condition.watches(counter) && !derived.rearmed.contains(&"r".to_owned()));
+            silent += usize::from(quiet);
+        }
+        assert!(silent > 0);
+        // A rule created at or after the entry does not judge it.
+        let later = [AlertRule { from_seq: 2, ..rule("r", Condition::AvailableBelow { units: 100 }) }];
+        assert!(is_silent(&later, 2, EntryKind::Acquire, &entry(2, EntryKind::Acquire, -1).deltas));
+        // Credits and reclaims cause events of their own, with or without rules.
+        for kind in [EntryKind::Credit, EntryKind::Reclaim] {
+            assert!(!is_silent(&[], 2, kind, &[0; COUNTERS]));
+        }
     }
 
     #[test]

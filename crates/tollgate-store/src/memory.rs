@@ -17,25 +17,25 @@ use std::sync::{Mutex, MutexGuard};
 use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use tollgate_core::ids::validate_label;
-use tollgate_core::journal::{EntryIds, EntryKind, usage_changes};
+use tollgate_core::journal::{EntryIds, EntryKind};
 use tollgate_core::ledger::{self, LeaseState};
-use tollgate_core::usage::{self, UsageView};
 use tollgate_core::{
-    Account, Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, KeyRoute, Lease,
-    LeaseFilter, Page, PageLimit, PageRequest, ReclaimPass, SecretHash, UnitDomain, UsageEvent, UsageQuery,
-    UsageReport, route_credential_key, validate_id,
+    Account, AlertRule, Credential, CreditEntry, Error, ExportQuery, GrantPolicy, KeyRoute, Lease, LeaseFilter, Page,
+    PageLimit, PageRequest, ReclaimPass, SecretHash, UnitDomain, UsageEvent, UsageQuery, UsageReport,
+    route_credential_key, validate_id,
 };
 
+use crate::Store;
 use crate::idempotency::{Claim, IDEMPOTENCY_PURGE_BATCH_MAX, Idempotency, Replayable, Request};
 use crate::model::{
     AccountView, CheckReport, Consolidated, CreditReceipt, IssuedCredential, IssuedLease, JournalPage, LeaseHandle,
     LeaseSummary, ReclaimReport, Released, SkippedLease, StorageStatus, Verification,
 };
 use crate::secrets::{new_capability, new_credential_id, new_credential_key};
-use crate::{Store, UsageSink};
 
 mod check;
 mod events;
+mod ingest;
 mod journal;
 mod lease_ids;
 mod listings;
@@ -79,6 +79,21 @@ impl LeaseRecord {
     }
 }
 
+/// An account's counters and its alert rules, kept together: a change
+/// journaled on the account judges the rules it finds beside the counters it
+/// changed, with no lookup of its own.
+struct AccountRecord {
+    account: Account,
+    /// Oldest first.
+    rules: Vec<AlertRule>,
+}
+
+impl AccountRecord {
+    fn new(account: Account) -> Self {
+        Self { account, rules: Vec::new() }
+    }
+}
+
 struct CredentialRecord {
     credential: Credential,
     key: SecretHash,
@@ -87,7 +102,7 @@ struct CredentialRecord {
 #[derive(Default)]
 struct State {
     /// Ordered by id, which is the lock order reclaim reports in.
-    accounts: BTreeMap<String, Account>,
+    accounts: BTreeMap<String, AccountRecord>,
     /// Every account id once, so that lease records name their account by index.
     account_ids: Vec<String>,
     account_index: HashMap<String, u32>,
@@ -151,7 +166,17 @@ impl MemoryStore {
 
 impl State {
     fn account(&self, account_id: &str) -> Result<&Account, Error> {
-        self.accounts.get(account_id).ok_or(Error::AccountNotFound)
+        self.accounts.get(account_id).map(|record| &record.account).ok_or(Error::AccountNotFound)
+    }
+
+    /// Stores counters the core decided for an account, keeping its rules.
+    fn store_account(&mut self, account: Account) {
+        match self.accounts.get_mut(&account.account_id) {
+            Some(record) => record.account = account,
+            None => {
+                self.accounts.insert(account.account_id.clone(), AccountRecord::new(account));
+            }
+        }
     }
 
     fn view(&self, account_id: &str) -> Result<AccountView, Error> {
@@ -164,7 +189,7 @@ impl State {
         let index = u32::try_from(self.account_ids.len()).expect("fewer than 2^32 accounts in memory");
         self.account_ids.push(account_id.to_owned());
         self.account_index.insert(account_id.to_owned(), index);
-        self.accounts.insert(account_id.to_owned(), Account::new(account_id.to_owned()));
+        self.accounts.insert(account_id.to_owned(), AccountRecord::new(Account::new(account_id.to_owned())));
     }
 
     fn lease_of(&self, key: LeaseKey, record: &LeaseRecord) -> Lease {
@@ -262,71 +287,6 @@ impl State {
     }
 }
 
-/// What classification of one batch reads: the store's state, plus the full
-/// `Lease` of every lease the batch names, rebuilt once from its record.
-struct BatchView<'a> {
-    state: &'a State,
-    leases: HashMap<&'a str, Lease>,
-}
-
-impl<'a> BatchView<'a> {
-    fn new(state: &'a State, batch: &'a [UsageEvent]) -> Self {
-        let mut leases = HashMap::new();
-        for lease_id in batch.iter().filter_map(|event| event.lease_id.as_deref()) {
-            if !leases.contains_key(lease_id)
-                && let Some(lease) = state.load_lease(lease_id)
-            {
-                leases.insert(lease_id, lease);
-            }
-        }
-        Self { state, leases }
-    }
-}
-
-impl UsageView for BatchView<'_> {
-    fn is_recorded(&self, account_id: &str, request_id: &str) -> bool {
-        self.state.events.is_recorded(account_id, request_id)
-    }
-
-    fn account(&self, account_id: &str) -> Option<&Account> {
-        self.state.accounts.get(account_id)
-    }
-
-    fn lease(&self, lease_id: &str) -> Option<&Lease> {
-        self.leases.get(lease_id)
-    }
-
-    fn credential(&self, credential_id: &str) -> Option<&Credential> {
-        self.state.credentials.get(credential_id).map(|record| &record.credential)
-    }
-}
-
-#[async_trait]
-impl UsageSink for MemoryStore {
-    async fn ingest(&self, batch: Vec<UsageEvent>, now: Timestamp) -> Result<Vec<EventOutcome>, IngestError> {
-        let mut state = self.lock();
-        let plan = usage::classify(&batch, now, &self.policy, DOMAIN, &BatchView::new(&state, &batch))?;
-        for change in usage_changes(&batch, &plan, |id| state.accounts.get(id)) {
-            let Some(before) = state.accounts.get(&change.account_id).map(Account::counters) else { continue };
-            state.record(change, before, now);
-        }
-        for index in plan.accepted {
-            state.events.record(&batch[index]);
-        }
-        for (account_id, account) in plan.accounts {
-            state.accounts.insert(account_id, account);
-        }
-        for lease in plan.leases.values() {
-            state.write_lease(lease);
-        }
-        for (credential_id, credential) in plan.credentials {
-            if let Some(record) = state.credentials.get_mut(&credential_id) {
-                record.credential = credential;
-            }
-        }
-        Ok(plan.outcomes)
-    }
-}
 #[async_trait]
 impl Store for MemoryStore {
     fn policy(&self) -> &GrantPolicy {

@@ -19,7 +19,7 @@ impl State {
             *bounds.entry((lease.state, lease.expiry_is_upper_bound)).or_default() += 1;
         }
         let mut violations = Vec::new();
-        for account in self.accounts.values() {
+        for account in self.accounts.values().map(|record| &record.account) {
             let leases = leases_by_account.get(account.account_id.as_str()).map(Vec::as_slice).unwrap_or(&[]);
             violations.extend(check_conservation(account, leases.iter().copied()));
         }

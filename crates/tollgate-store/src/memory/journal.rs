@@ -183,17 +183,17 @@ impl State {
     /// Stores the core's new counters for an existing account and journals
     /// the change, if there is one, at `now`, deriving its events.
     pub(super) fn put_account(&mut self, account: Account, kind: EntryKind, ids: StoredIds, now: Timestamp) {
-        let Some(stored) = self.accounts.get_mut(&account.account_id) else {
-            self.accounts.insert(account.account_id.clone(), account);
+        let Some(record) = self.accounts.get_mut(&account.account_id) else {
+            self.store_account(account);
             return;
         };
-        let Some(deltas) = changed(stored, &account) else {
-            *stored = account;
+        let Some(deltas) = changed(&record.account, &account) else {
+            record.account = account;
             return;
         };
-        let before = std::mem::replace(stored, account).counters();
-        let entry = self.journals.push(&stored.account_id, kind, deltas, ids, now);
-        self.outbox.derive(&entry, before);
+        let before = std::mem::replace(&mut record.account, account).counters();
+        let entry = self.journals.push(&record.account.account_id, kind, deltas, ids, now);
+        self.outbox.derive(&mut record.rules, &entry, before);
     }
 
     /// Journals `change` of an account whose counters were `before` it, and
@@ -201,13 +201,16 @@ impl State {
     pub(super) fn record(&mut self, change: Change, before: [u64; COUNTERS], now: Timestamp) {
         let Change { account_id, kind, deltas, ids } = change;
         let entry = self.journals.push(&account_id, kind, deltas, StoredIds::other(ids), now);
-        self.outbox.derive(&entry, before);
+        match self.accounts.get_mut(&account_id) {
+            Some(record) => self.outbox.derive(&mut record.rules, &entry, before),
+            None => self.outbox.derive(&mut [], &entry, before),
+        }
     }
 
     /// One `reclaim` entry per account a pass settled leases in.
     pub(super) fn journal_reclaim(&mut self, touched: ReclaimTouched, now: Timestamp) {
         for (account_id, (before, leases)) in touched.accounts {
-            let Some(after) = self.accounts.get(&account_id) else { continue };
+            let Ok(after) = self.account(&account_id) else { continue };
             if let Some(change) = Change::between(EntryKind::Reclaim, &before, after, EntryIds::reclaim(leases)) {
                 self.record(change, before.counters(), now);
             }
@@ -223,6 +226,7 @@ impl State {
     pub(super) fn journal_mismatches(&self) -> Vec<JournalMismatch> {
         self.accounts
             .values()
+            .map(|record| &record.account)
             .filter_map(|account| {
                 let entries = self.journals.read(&account.account_id, 0, usize::MAX);
                 let error = check_replay(account, &entries).err()?;

@@ -2,16 +2,21 @@
 //!
 //! Events are derived in the critical section that journals their entry
 //! ([`OutboxState::derive`]), from the counters before the entry, so the
-//! outbox and the change it reports are one step. While there is no rule of
-//! the account and no endpoint at all, deriving is skipped: it could emit
-//! nothing.
+//! outbox and the change it reports are one step. An account's rules are
+//! kept beside its counters (`AccountRecord`). Deriving is skipped while
+//! there is no rule of the account and no endpoint at all, and for an entry
+//! the core calls silent under the account's rules (`alerts::is_silent`: it
+//! moves no counter a rule reads, re-arms no rule and is neither a credit
+//! nor a reclaim): either way it could emit nothing.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
-use tollgate_core::alerts::{ENDPOINTS_MAX, EntryView, RULES_PER_ACCOUNT_MAX, refusal_events, validate_endpoint};
+use tollgate_core::alerts::{
+    ENDPOINTS_MAX, EntryView, RULES_PER_ACCOUNT_MAX, is_silent, refusal_events, validate_endpoint,
+};
 use tollgate_core::{AlertRule, COUNTERS, Condition, Error, Event, EventType, Listing, Page, PageRequest};
 
 use super::journal::StoredEntry;
@@ -23,8 +28,6 @@ use crate::outbox::{
 
 #[derive(Default)]
 pub(super) struct OutboxState {
-    /// Each account's rules, oldest first.
-    rules: HashMap<String, Vec<AlertRule>>,
     /// Oldest first.
     endpoints: Vec<EndpointRecord>,
     deliveries: BTreeMap<String, DeliveryRecord>,
@@ -167,15 +170,16 @@ impl OutboxState {
 
 impl OutboxState {
     /// Derives the events of an entry just journaled, whose account's
-    /// counters before it were `before`. Nothing is allocated unless the
-    /// entry emits an event or re-arms a rule.
-    pub(super) fn derive(&mut self, entry: &StoredEntry<'_>, before: [u64; COUNTERS]) {
-        let mut none = Vec::new();
-        let rules = match self.rules.get_mut(entry.account_id()) {
-            Some(rules) if !rules.is_empty() => rules,
-            _ if !self.endpoints.is_empty() => &mut none,
-            _ => return,
-        };
+    /// counters before it were `before` and whose rules are `rules`.
+    /// Nothing is allocated unless the entry emits an event or re-arms a
+    /// rule.
+    pub(super) fn derive(&mut self, rules: &mut [AlertRule], entry: &StoredEntry<'_>, before: [u64; COUNTERS]) {
+        if rules.is_empty() && self.endpoints.is_empty() {
+            return;
+        }
+        if is_silent(rules, entry.seq(), entry.kind(), &entry.deltas()) {
+            return;
+        }
         // The entry was made from `before` by this very step, so its deltas
         // always apply; a failure would be a bug in the memory store itself.
         let Ok((_, events)) = derive_entries(rules, before, std::slice::from_ref(entry)) else {
@@ -190,14 +194,16 @@ impl OutboxState {
 
 impl State {
     fn note_refusal(&mut self, account_id: &str, now: Timestamp) -> Result<u32, Error> {
-        let counters = self.account(account_id)?.counters();
         let seq = self.journals.len(account_id);
-        let outbox = &mut self.outbox;
-        let Some(rules) = outbox.rules.get_mut(account_id) else { return Ok(0) };
+        let record = self.accounts.get_mut(account_id).ok_or(Error::AccountNotFound)?;
+        if record.rules.is_empty() {
+            return Ok(0);
+        }
+        let counters = record.account.counters();
         let nonce = uuid::Uuid::new_v4().simple().to_string();
-        let events = refusal_events(rules, account_id, seq, &counters, now, &nonce);
+        let events = refusal_events(&mut record.rules, account_id, seq, &counters, now, &nonce);
         for event in &events {
-            outbox.fan_out(event);
+            self.outbox.fan_out(event);
         }
         Ok(u32::try_from(events.len()).unwrap_or(u32::MAX))
     }
@@ -230,9 +236,8 @@ impl Outbox for MemoryStore {
         now: Timestamp,
     ) -> Result<AlertRule, Error> {
         let mut state = self.lock();
-        state.account(account_id)?;
         let from_seq = state.journals.len(account_id);
-        let rules = state.outbox.rules.entry(account_id.to_owned()).or_default();
+        let rules = &mut state.accounts.get_mut(account_id).ok_or(Error::AccountNotFound)?.rules;
         if rules.len() >= RULES_PER_ACCOUNT_MAX {
             return Err(Error::TooManyRules { max: RULES_PER_ACCOUNT_MAX });
         }
@@ -250,14 +255,12 @@ impl Outbox for MemoryStore {
 
     async fn alert_rules(&self, account_id: &str) -> Result<Vec<AlertRule>, Error> {
         let state = self.lock();
-        state.account(account_id)?;
-        Ok(state.outbox.rules.get(account_id).cloned().unwrap_or_default())
+        Ok(state.accounts.get(account_id).ok_or(Error::AccountNotFound)?.rules.clone())
     }
 
     async fn delete_alert_rule(&self, account_id: &str, rule_id: &str) -> Result<(), Error> {
         let mut state = self.lock();
-        state.account(account_id)?;
-        let rules = state.outbox.rules.get_mut(account_id).ok_or(Error::RuleNotFound)?;
+        let rules = &mut state.accounts.get_mut(account_id).ok_or(Error::AccountNotFound)?.rules;
         let index = rules.iter().position(|rule| rule.rule_id == rule_id).ok_or(Error::RuleNotFound)?;
         rules.remove(index);
         Ok(())

@@ -34,7 +34,7 @@ impl State {
                         settlement,
                     });
                     touched.settled(&before, &lease.lease_id);
-                    self.accounts.insert(account.account_id.clone(), account);
+                    self.store_account(account);
                     self.store_settled(lease);
                 }
                 Ok(None) => {}
