@@ -111,6 +111,22 @@ const PAIRS: &[Pair] = &[
         baseline: "the same `HashMap` model",
     },
     Pair {
+        key: "memory_lease_rules",
+        path: "Memory lease cycle: what alert rules cost",
+        unit: "cycles/s",
+        target: 0.90,
+        tollgate: "the same run of the store as the memory lease cycle row (an alert rule on every account)",
+        baseline: "the same store without alert rules (`memory_lease/tollgate_plain`)",
+    },
+    Pair {
+        key: "memory_ingest_rules",
+        path: "Memory ingestion: what alert rules cost",
+        unit: "events/s",
+        target: 0.90,
+        tollgate: "the same run of the store as the memory ingestion row (an alert rule on every account)",
+        baseline: "the same store without alert rules (`memory_ingest/tollgate_plain`)",
+    },
+    Pair {
         key: "http",
         path: "HTTP",
         unit: "requests/s",
