@@ -245,6 +245,9 @@ pub async fn pages(args: PageArgs) -> anyhow::Result<PageReport> {
         }
     }
     let elapsed = start.elapsed().as_secs_f64();
+    if latencies_us.is_empty() {
+        bail!("no page was read in {} s", args.seconds);
+    }
     latencies_us.sort_unstable();
     let quantile = |q: f64| latencies_us[((latencies_us.len() - 1) as f64 * q).round() as usize];
     Ok(PageReport { per_second: latencies_us.len() as f64 / elapsed, p50_us: quantile(0.50), p99_us: quantile(0.99) })
