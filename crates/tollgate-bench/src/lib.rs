@@ -2,6 +2,7 @@
 //! Tollgate path to a baseline measured in the same run, interleaved, on the
 //! same machine: absolute numbers on a shared machine mean little.
 
+pub mod console;
 pub mod gateway;
 pub mod http;
 pub mod model;

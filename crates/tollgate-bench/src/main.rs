@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use tollgate_bench::pg::ReclaimSide;
-use tollgate_bench::{gateway, http, pg, report};
+use tollgate_bench::{console, gateway, http, pg, report};
 
 #[derive(Parser)]
 #[command(name = "tollgate-bench", about = "Tollgate benchmark drivers")]
@@ -84,6 +84,14 @@ enum Command {
         #[arg(long, default_value_t = 5.0)]
         seconds: f64,
     },
+    /// Creates the console account through a running server, with 100
+    /// active leases, and its 1 000 000 usage events in the chart's window;
+    /// prints how long the insert and the VACUUM ANALYZE took and the
+    /// chart's window (from, to and bucket width in µs) for the baseline.
+    ConsoleSetup(console::SetupArgs),
+    /// The console's account page, signed in, on one connection; pages per
+    /// second and the p50 and p99 page times.
+    ConsolePage(console::PageArgs),
     /// Seeds 100 000 due leases and settles them; leases per second.
     PgReclaim {
         #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
@@ -168,6 +176,8 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::PgUsage { database_url, seconds } => {
             println!("{}", pg::usage(&database_url, seconds).await?.line());
         }
+        Command::ConsoleSetup(args) => println!("{}", console::setup(args).await?.line()),
+        Command::ConsolePage(args) => println!("{}", console::pages(args).await?.line()),
         Command::PgReclaim { database_url, side, batch, seed_sql, baseline_sql } => {
             println!("{}", pg::reclaim(&database_url, side, batch, &seed_sql, &baseline_sql).await?.line());
         }

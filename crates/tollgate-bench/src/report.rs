@@ -11,6 +11,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 
+mod console;
+
 #[derive(clap::Args)]
 pub struct ReportArgs {
     #[arg(long)]
@@ -85,6 +87,14 @@ const PAIRS: &[Pair] = &[
         target: 0.80,
         tollgate: "`PostgresStore::usage`, hourly (720 buckets) by `dimension:model`, one account's 1 000 000 events over 30 days",
         baseline: "`pgbench -M prepared -c 1`, `bench/sql/usage_hourly.sql`",
+    },
+    Pair {
+        key: "console_page",
+        path: "Console account page on PostgreSQL",
+        unit: "pages/s",
+        target: 0.70,
+        tollgate: "`tollgate serve --database-url`, `GET /console/accounts/console-1` signed in, one connection: 100 active leases, usage of the last 24 hours by credential over 1 000 000 events",
+        baseline: "`pgbench -M prepared -c 1`, `bench/sql/console_account.sql`, the page's nine statements",
     },
     Pair {
         key: "pg_reclaim",
@@ -228,6 +238,7 @@ pub fn write(args: ReportArgs) -> anyhow::Result<()> {
     write_ratios(&mut out, &args.command, &sides)?;
     write_http(&mut out, &sides, [args.server_hwm_kb, args.baseline_hwm_kb, args.pg_server_hwm_kb])?;
     write_two_servers(&mut out, &sides, args.two_servers.as_deref())?;
+    console::write_page_times(&mut out, &sides)?;
     write_memory(&mut out, &memory)?;
     if let Some(path) = &args.analysis
         && let Ok(text) = std::fs::read_to_string(path)
