@@ -99,11 +99,13 @@ struct Lease {
     capability: Option<String>,
 }
 
-type Sender = http1::SendRequest<Full<Bytes>>;
+pub(crate) type Sender = http1::SendRequest<Full<Bytes>>;
 
-async fn open(address: SocketAddr) -> anyhow::Result<Sender> {
+/// One HTTP/1 connection to `address`, which must be on loopback: the
+/// benchmarks load only servers on this machine.
+pub(crate) async fn open(address: SocketAddr) -> anyhow::Result<Sender> {
     if !address.ip().is_loopback() {
-        bail!("the load generator only targets loopback addresses, not {address}");
+        bail!("the benchmarks only target loopback addresses, not {address}");
     }
     let stream = TcpStream::connect(address).await.with_context(|| format!("connecting to {address}"))?;
     stream.set_nodelay(true)?;

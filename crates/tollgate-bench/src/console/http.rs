@@ -9,10 +9,9 @@ use anyhow::{Context, bail};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
-use hyper::client::conn::http1;
 use hyper::header::SET_COOKIE;
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
+
+use crate::http::Sender;
 
 /// The sign-in form's cookie and the session's, as the server names them.
 const SIGN_IN_COOKIE: &str = "tollgate_sign_in";
@@ -41,19 +40,12 @@ impl Answer {
 
 /// One connection to the server.
 pub(crate) struct Connection {
-    sender: http1::SendRequest<Full<Bytes>>,
+    sender: Sender,
 }
 
 impl Connection {
     pub(crate) async fn open(address: SocketAddr) -> anyhow::Result<Connection> {
-        if !address.ip().is_loopback() {
-            bail!("the console bench only targets loopback addresses, not {address}");
-        }
-        let stream = TcpStream::connect(address).await.with_context(|| format!("connecting to {address}"))?;
-        stream.set_nodelay(true)?;
-        let (sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
-        tokio::spawn(connection);
-        Ok(Connection { sender })
+        Ok(Connection { sender: crate::http::open(address).await? })
     }
 
     /// Sends a request: a GET without `body`, else a POST of `body` with
