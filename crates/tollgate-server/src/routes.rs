@@ -396,11 +396,12 @@ pub(crate) async fn ingest(
     State(state): State<AppState>,
     ApiJson(body): ApiJson<IngestRequest>,
 ) -> ApiResult {
-    let result = ingest_events(&state, body).await;
+    let now = state.now();
+    let result = ingest_events(&state, body, now).await;
     match &result {
         Ok(outcomes) => {
             state.metrics().observe_outcomes(outcomes);
-            state.console().ingest.record(outcomes, state.now());
+            state.console().ingest.record(outcomes, now);
         }
         Err(error) => state.metrics().observe_batch_error(error),
     }
@@ -408,13 +409,17 @@ pub(crate) async fn ingest(
     json(StatusCode::OK, IngestResponse { outcomes: outcomes.iter().map(OutcomeBody::from).collect() })
 }
 
-async fn ingest_events(state: &AppState, body: IngestRequest) -> Result<Vec<tollgate_core::EventOutcome>, IngestError> {
+async fn ingest_events(
+    state: &AppState,
+    body: IngestRequest,
+    now: jiff::Timestamp,
+) -> Result<Vec<tollgate_core::EventOutcome>, IngestError> {
     // Checked before conversion too, so an oversized batch costs no more work.
     if body.events.len() > BATCH_EVENTS_MAX {
         return Err(IngestError::BatchTooLarge { events: body.events.len(), max: BATCH_EVENTS_MAX });
     }
     let events: Vec<UsageEvent> = body.events.into_iter().map(UsageEvent::from).collect();
-    state.store().ingest(events, state.now()).await
+    state.store().ingest(events, now).await
 }
 
 /// Runs one bounded reclaim pass now.
