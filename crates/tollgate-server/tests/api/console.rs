@@ -49,8 +49,12 @@ fn cookie_pair(set_cookie: &str) -> String {
 }
 
 pub(crate) fn app_with_viewer() -> App {
-    let store = std::sync::Arc::new(MemoryStore::new(policy()));
-    let clock = std::sync::Arc::new(tollgate_server::ManualClock::new(crate::support::start()));
+    app_with_viewer_over(std::sync::Arc::new(MemoryStore::new(policy())), crate::support::start())
+}
+
+/// A router over `store` at `start`, with the admin, gateway and viewer tokens.
+pub(crate) fn app_with_viewer_over(store: std::sync::Arc<dyn tollgate_store::Store>, start: jiff::Timestamp) -> App {
+    let clock = std::sync::Arc::new(tollgate_server::ManualClock::new(start));
     let tokens = OperatorTokens::new(&Secret::new(ADMIN.into()), Some(&Secret::new(GATEWAY.into())))
         .unwrap()
         .with_viewer(&Secret::new(VIEWER.into()))

@@ -14,11 +14,10 @@ use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 use tollgate_pg::PostgresStore;
 use tollgate_pg::testing::TestDb;
-use tollgate_server::{AppState, Limits, ManualClock, OperatorTokens, router};
 use tollgate_testkit::browser::Browser;
 
 use crate::console::VIEWER;
-use crate::support::{ADMIN, App, As, GATEWAY, policy};
+use crate::support::{ADMIN, App, As, policy};
 
 /// The time every browser test runs at: a whole hour, so that the usage
 /// chart's range is the one computed below.
@@ -27,16 +26,7 @@ fn now() -> Timestamp {
 }
 
 fn app_over(store: Arc<dyn tollgate_store::Store>) -> App {
-    let clock = Arc::new(ManualClock::new(now()));
-    let tokens = OperatorTokens::new(
-        &tollgate_core::Secret::new(ADMIN.into()),
-        Some(&tollgate_core::Secret::new(GATEWAY.into())),
-    )
-    .unwrap()
-    .with_viewer(&tollgate_core::Secret::new(VIEWER.into()))
-    .unwrap();
-    let state = AppState::with_limits(store, clock.clone(), tokens, Limits::default());
-    App { router: router(state.clone()), clock, state }
+    crate::console::app_with_viewer_over(store, now())
 }
 
 /// Serves `app` on a free loopback port; returns its base URL.
