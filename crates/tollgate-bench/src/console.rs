@@ -19,7 +19,7 @@ use jiff::{SignedDuration, Timestamp};
 use tollgate_client::{ClientConfig, TollgateClient};
 
 use self::http::{Connection, Console, number_after};
-use crate::pg::connect;
+use crate::pg::{connect, fill_events};
 
 /// The console pair's account.
 pub const CONSOLE_ACCOUNT: &str = "console-1";
@@ -145,25 +145,14 @@ pub async fn setup(args: SetupArgs) -> anyhow::Result<Setup> {
     let now = Timestamp::now();
     let to_us = now.as_microsecond();
     let from_us = to_us - SignedDuration::from_hours(EVENT_HOURS).as_micros() as i64;
-    let start = Instant::now();
-    let inserted = sqlx::query(CONSOLE_EVENTS_SQL)
+    let fill = sqlx::query(CONSOLE_EVENTS_SQL)
         .bind(CONSOLE_ACCOUNT)
         .bind(&credentials)
         .bind(from_us)
         .bind(to_us)
         .bind(CONSOLE_EVENTS as i64)
-        .bind(EVENT_MODELS)
-        .execute(store.pool())
-        .await
-        .context("inserting the console account's usage events")?
-        .rows_affected();
-    let insert = start.elapsed();
-    if inserted != CONSOLE_EVENTS {
-        bail!("inserted {inserted} usage events, expected {CONSOLE_EVENTS}");
-    }
-    let start = Instant::now();
-    sqlx::raw_sql("VACUUM ANALYZE tollgate_usage_events").execute(store.pool()).await?;
-    let vacuum = start.elapsed();
+        .bind(EVENT_MODELS);
+    let (insert, vacuum) = fill_events(&store, fill, CONSOLE_EVENTS, "the console account's usage events").await?;
 
     let mut console = Connection::open(args.address).await?.sign_in(&args.admin_token).await?;
     let page = console.get(&args.range.path(CONSOLE_ACCOUNT)).await?;

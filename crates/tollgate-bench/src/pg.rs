@@ -285,6 +285,25 @@ pub struct UsageSetup {
     pub vacuum: Duration,
 }
 
+/// Runs `fill`, a set-based insert of `expected` usage events, then
+/// `VACUUM ANALYZE` on their table; returns how long each took.
+pub(crate) async fn fill_events(
+    store: &PostgresStore,
+    fill: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    expected: u64,
+    what: &str,
+) -> anyhow::Result<(Duration, Duration)> {
+    let start = Instant::now();
+    let inserted = fill.execute(store.pool()).await.with_context(|| format!("inserting {what}"))?.rows_affected();
+    let insert = start.elapsed();
+    if inserted != expected {
+        bail!("inserted {inserted} of {what}, expected {expected}");
+    }
+    let start = Instant::now();
+    sqlx::raw_sql("VACUUM ANALYZE tollgate_usage_events").execute(store.pool()).await?;
+    Ok((insert, start.elapsed()))
+}
+
 /// Creates the usage pair's account and credential through the store, fills
 /// its events with one set-based statement, vacuums and analyzes the table,
 /// and checks that the store's report and the baseline's statement
@@ -296,25 +315,14 @@ pub async fn usage_setup(url: &str, baseline_sql: &Path) -> anyhow::Result<Usage
     let range = usage_range();
     let (from_us, to_us) = (range.from.as_microsecond(), range.to.as_microsecond());
 
-    let start = Instant::now();
-    let inserted = sqlx::query(USAGE_EVENTS_SQL)
+    let fill = sqlx::query(USAGE_EVENTS_SQL)
         .bind(USAGE_ACCOUNT)
         .bind(&credential.credential.credential_id)
         .bind(from_us)
         .bind(to_us)
         .bind(USAGE_EVENTS as i64)
-        .bind(USAGE_MODELS as i64)
-        .execute(store.pool())
-        .await
-        .context("inserting the usage events")?
-        .rows_affected();
-    let insert = start.elapsed();
-    if inserted != USAGE_EVENTS {
-        bail!("inserted {inserted} usage events, expected {USAGE_EVENTS}");
-    }
-    let start = Instant::now();
-    sqlx::raw_sql("VACUUM ANALYZE tollgate_usage_events").execute(store.pool()).await?;
-    let vacuum = start.elapsed();
+        .bind(USAGE_MODELS as i64);
+    let (insert, vacuum) = fill_events(&store, fill, USAGE_EVENTS, "the usage events").await?;
 
     let report = store.usage(USAGE_ACCOUNT, &usage_query()).await?;
     let cells: usize = report.buckets.iter().map(|bucket| bucket.groups.len()).sum();
