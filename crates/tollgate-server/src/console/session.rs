@@ -149,19 +149,20 @@ fn session_mac(tokens: &OperatorTokens, role: Role, body: &str) -> Option<HmacSh
     Some(mac)
 }
 
-fn csrf_token(tokens: &OperatorTokens, label: &str, bound_to: &str) -> String {
+fn csrf_mac(tokens: &OperatorTokens, label: &str, bound_to: &str) -> HmacSha256 {
     let mut mac = keyed(tokens, label);
     mac.update(b"csrf\0");
     mac.update(bound_to.as_bytes());
-    hex::encode(mac.finalize().into_bytes())
+    mac
+}
+
+fn csrf_token(tokens: &OperatorTokens, label: &str, bound_to: &str) -> String {
+    hex::encode(csrf_mac(tokens, label, bound_to).finalize().into_bytes())
 }
 
 fn csrf_holds(tokens: &OperatorTokens, label: &str, bound_to: &str, presented: &str) -> bool {
     let Ok(presented) = hex::decode(presented) else { return false };
-    let mut mac = keyed(tokens, label);
-    mac.update(b"csrf\0");
-    mac.update(bound_to.as_bytes());
-    mac.verify_slice(&presented).is_ok()
+    csrf_mac(tokens, label, bound_to).verify_slice(&presented).is_ok()
 }
 
 fn role_code(role: Role) -> &'static str {
