@@ -123,6 +123,15 @@ pub(super) struct HeldLeaseRow {
     pub(super) lease: LeaseRow,
 }
 
+/// A row of `READ_DUE_SQL`: a due lease with its account, and how many of
+/// the most overdue leases the statement looked at to choose the accounts.
+#[derive(FromRow)]
+pub(super) struct DueRow {
+    pub(super) considered: i64,
+    #[sqlx(flatten)]
+    pub(super) held: HeldLeaseRow,
+}
+
 #[derive(FromRow)]
 pub(super) struct CredentialRow {
     pub(super) credential_id: String,

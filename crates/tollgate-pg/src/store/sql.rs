@@ -229,10 +229,20 @@ pub(super) const LOCK_HELD_LEASE_SQL: &str = concat!(
 
 /// Active leases due at the cutoff ($1, $2), at most $3, with their accounts,
 /// in the order a reclaim pass takes them (`ReclaimPass::accounts`): the
-/// accounts of the $3 most overdue leases, in the order of their most overdue
+/// accounts of the $4 most overdue leases, in the order of their most overdue
 /// one, each with its due leases in expiry order. The accounts' leases are
 /// read through `tollgate_leases_active_account_expiry` in that order, so the
-/// statement reads about as many rows as it returns.
+/// statement reads about as many rows as it returns. Each row also carries
+/// how many of those $4 most overdue leases there were (`considered`).
+///
+/// Accounts in the order of their most overdue lease are the same accounts,
+/// in the same order, however many of the most overdue leases are looked at:
+/// looking at more only adds accounts after them. So with $4 below $3 the
+/// rows are the first rows of the statement with $4 = $3 whenever there are
+/// $3 of them or fewer than $4 leases were considered (`read_due`), and the
+/// statement visits the rows of only $4 leases to find its accounts, where
+/// the most overdue ones of a large backlog are spread over as many heap
+/// pages as there are accounts.
 pub(super) const READ_DUE_SQL: &str = concat!(
     "
 WITH most_overdue AS (
@@ -241,14 +251,14 @@ WITH most_overdue AS (
     FROM tollgate_leases AS l
     WHERE l.state = 'active' AND (l.expiry_floor_us, l.expiry_submicro_ns) <= ($1, $2)
     ORDER BY l.expiry_floor_us, l.expiry_submicro_ns, l.lease_id
-    LIMIT $3
+    LIMIT $4
 ), heads AS (
     SELECT m.account_id, min(m.n) AS first
     FROM most_overdue AS m
     GROUP BY m.account_id
     ORDER BY first
 )
-SELECT ",
+SELECT (SELECT count(*) FROM most_overdue) AS considered, ",
     account_columns!(),
     ", ",
     lease_columns!(),

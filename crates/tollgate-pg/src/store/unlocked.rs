@@ -66,7 +66,7 @@ use tollgate_store::{
 use super::errors::{corrupt, db_i64, db_i64_delta, out_of_range, storage_error};
 use super::load::{held, load_account, load_held};
 use super::rows::{
-    AccountRow, HeldLeaseRow, LeaseRecord, LeaseRow, WrittenAccountRow, WrittenHeldRow, counters, difference,
+    AccountRow, DueRow, HeldLeaseRow, LeaseRecord, LeaseRow, WrittenAccountRow, WrittenHeldRow, counters, difference,
 };
 use super::sql::{
     ACQUIRE_IF_UNCHANGED_SQL, READ_ACCOUNT_SQL, READ_DUE_SQL, READ_HELD_LEASE_SQL, RELEASE_GUESSED_IF_UNCHANGED_SQL,
@@ -365,12 +365,22 @@ impl Engine {
     }
 }
 
+/// How many of the most overdue leases a pass looks at first to choose its
+/// accounts (`READ_DUE_SQL`'s $4), when its bound is larger.
+const DUE_HEADS_FIRST: u32 = 64;
+
 /// The due leases of one pass (`READ_DUE_SQL`), decoded, with their accounts,
 /// and the leases skipped because a row did not decode. It reads the bound's
 /// worth of rows, and reads again up to twice the bound
 /// (`reclaim_read_max`) only when some of those did not decode, so that
 /// corrupt rows never stop the healthy ones behind them and a pass without
 /// any reads no row it does not settle.
+///
+/// Each read chooses its accounts from the `DUE_HEADS_FIRST` most overdue
+/// leases first, which finds the bound's worth when the backlog's accounts
+/// each hold several due leases, and looks at as many leases as it reads
+/// rows only when that found too few rows while more leases were due: the
+/// rows are then those the wider read alone would return.
 pub(super) async fn read_due(
     conn: &mut PgConnection,
     cutoff: InstantPair,
@@ -378,19 +388,38 @@ pub(super) async fn read_due(
 ) -> Result<(Due, Vec<SkippedLease>), Error> {
     let mut rows_max = limit;
     loop {
-        let rows: Vec<HeldLeaseRow> = sqlx::query_as(READ_DUE_SQL)
-            .bind(cutoff.floor_us)
-            .bind(cutoff.submicro_ns)
-            .bind(i64::from(rows_max))
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(storage_error)?;
+        let rows = read_due_rows(conn, cutoff, rows_max).await?;
         let complete = rows.len() < rows_max as usize || rows_max == reclaim_read_max(limit);
         let (due, skipped) = due_leases(rows.into_iter().map(|row| (row.account, row.lease)), limit);
         if skipped.is_empty() || complete {
             return Ok((due, skipped));
         }
         rows_max = reclaim_read_max(limit);
+    }
+}
+
+/// Up to `rows_max` rows of `READ_DUE_SQL`, exactly those it returns when it
+/// looks at `rows_max` of the most overdue leases.
+async fn read_due_rows(
+    conn: &mut PgConnection,
+    cutoff: InstantPair,
+    rows_max: u32,
+) -> Result<Vec<HeldLeaseRow>, Error> {
+    let mut heads = rows_max.min(DUE_HEADS_FIRST);
+    loop {
+        let rows: Vec<DueRow> = sqlx::query_as(READ_DUE_SQL)
+            .bind(cutoff.floor_us)
+            .bind(cutoff.submicro_ns)
+            .bind(i64::from(rows_max))
+            .bind(i64::from(heads))
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(storage_error)?;
+        let looked_at_every_due_lease = rows.first().is_none_or(|row| row.considered < i64::from(heads));
+        if rows.len() == rows_max as usize || looked_at_every_due_lease || heads == rows_max {
+            return Ok(rows.into_iter().map(|row| row.held).collect());
+        }
+        heads = rows_max;
     }
 }
 

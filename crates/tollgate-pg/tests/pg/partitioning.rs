@@ -154,8 +154,7 @@ fn classification() -> BTreeMap<&'static str, Class> {
             "SETTLE_IF_UNCHANGED_SQL",
             Batch {
                 account_filters: &[
-                    ("tollgate_accounts", "JOIN tollgate_accounts AS a ON a.account_id = u.account_id"),
-                    ("tollgate_leases", "k.account_id = l.account_id"),
+                    ("tollgate_accounts", "WHERE a.account_id = ANY($1)"),
                     ("tollgate_leases", "AND l.account_id = k.account_id"),
                     ("tollgate_journal", "INSERT INTO tollgate_journal"),
                 ],

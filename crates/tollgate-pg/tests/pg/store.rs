@@ -12,7 +12,9 @@ use tollgate_core::{
 use tollgate_pg::migrations::{latest_version, versions_from};
 use tollgate_pg::testing::TestDb;
 use tollgate_pg::{ConnectError, MigrationError, PostgresStore};
-use tollgate_store::{IssuedLease, LeaseHandle, LegacyBoundCount, Store, UnlockedCounts, UnlockedOperation, UsageSink};
+use tollgate_store::{
+    IssuedLease, LeaseHandle, LegacyBoundCount, ReclaimReport, Store, UnlockedCounts, UnlockedOperation, UsageSink,
+};
 
 use crate::fixtures;
 
@@ -462,6 +464,107 @@ async fn concurrent_reclaimers_never_settle_a_lease_twice() {
         );
     }
     assert_conserved(&*one).await;
+}
+
+/// Reclaim passes on two servers run while usage batches and releases, which
+/// lock accounts and then their leases, work on the same accounts' live
+/// leases: every call succeeds (no deadlock is broken, no pass waits on an
+/// account), every due lease is settled exactly once, and the ledger holds.
+/// The settling write locks its accounts and not its leases, which is safe
+/// only because every other writer of a lease holds the lease's account.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_passes_racing_usage_and_releases_on_the_same_accounts_never_deadlock() {
+    const ACCOUNTS: usize = 4;
+    const LEASES: usize = 40;
+    let (one, two) = two_servers(4).await;
+    let mut due = BTreeSet::new();
+    let mut live = Vec::new();
+    let mut credentials = Vec::new();
+    for a in 0..ACCOUNTS {
+        let account_id = format!("acct-{a}");
+        funded(&*one, &account_id, 100_000).await;
+        credentials.push(credential(&*one, &account_id).await);
+        for i in 0..LEASES {
+            let expiring = one.acquire(&account_id, 10, nanos(1_000 + i as i64), ts(T0)).await.unwrap();
+            due.insert(expiring.lease.lease_id);
+            live.push(one.acquire(&account_id, 10, nanos(3_600_000_000_000), ts(T0)).await.unwrap());
+        }
+    }
+    let now = ts(T0 + 10_000);
+
+    let reclaimer = |store: Arc<PostgresStore>| async move {
+        let mut settled = Vec::new();
+        // Bounded: a pass settles nothing only while the accounts it chose are
+        // busy, which they stop being when the usage and releases end.
+        for _ in 0..10_000 {
+            let report = store.reclaim(now, 9).await.expect("a reclaim pass");
+            settled.extend(report.reclaimed.into_iter().map(|r| r.lease_id));
+            if store.lease_summary(now).await.expect("the lease summary").due == 0 {
+                return settled;
+            }
+        }
+        panic!("due leases left after 10000 passes");
+    };
+    let usage = {
+        let (store, live, credentials) = (one.clone(), live.clone(), credentials.clone());
+        async move {
+            // Each batch names a live lease of every account, so it locks all
+            // four accounts and then four leases.
+            for i in 0..LEASES {
+                let batch = (0..ACCOUNTS)
+                    .map(|a| {
+                        let lease = &live[a * LEASES + i];
+                        event(&format!("u-{a}-{i}"), &lease.lease.account_id, &credentials[a], 3, Some(lease))
+                    })
+                    .collect();
+                store.ingest(batch, now).await.expect("a usage batch");
+            }
+        }
+    };
+    let releases = {
+        let (store, live) = (two.clone(), live.clone());
+        async move {
+            for lease in live.iter().rev() {
+                let released =
+                    store.release(&lease.lease.account_id, &lease.lease.lease_id, lease.capability.expose(), now);
+                released.await.expect("a release");
+            }
+        }
+    };
+    let (a, b, (), ()) =
+        tokio::join!(tokio::spawn(reclaimer(one.clone())), tokio::spawn(reclaimer(two.clone())), usage, releases);
+
+    let mut seen = BTreeSet::new();
+    for lease_id in a.unwrap().into_iter().chain(b.unwrap()) {
+        assert!(seen.insert(lease_id.clone()), "lease {lease_id} settled twice");
+    }
+    assert_eq!(seen, due, "every due lease settled, and no live one");
+    for lease in &live {
+        assert_eq!(lease_state(&one, &lease.lease).await, LeaseState::Released);
+    }
+    assert_conserved(&*one).await;
+}
+
+/// A pass whose bound is larger than the number of most overdue leases it
+/// looks at first (64), over accounts with one due lease each, still settles
+/// its whole bound in expiry order: the read widens to as many leases as the
+/// bound instead of stopping at the accounts it found first.
+#[tokio::test]
+async fn a_pass_over_accounts_with_one_due_lease_each_fills_its_bound_in_expiry_order() {
+    let s = store(nanos(0)).await;
+    let mut due = Vec::new();
+    for a in 0..100 {
+        let account_id = format!("acct-{a:03}");
+        funded(&s, &account_id, 100).await;
+        // Later accounts' leases expire earlier.
+        due.insert(0, s.acquire(&account_id, 10, nanos(10_000 - a), ts(T0)).await.unwrap().lease.lease_id);
+    }
+    let settled = |report: ReclaimReport| report.reclaimed.into_iter().map(|r| r.lease_id).collect::<BTreeSet<_>>();
+    let first = s.reclaim(ts(T0 + 20_000), 80).await.expect("a pass");
+    assert_eq!(settled(first), due[..80].iter().cloned().collect(), "the 80 most overdue");
+    let rest = s.reclaim(ts(T0 + 20_000), 80).await.expect("the next pass");
+    assert_eq!(settled(rest), due[80..].iter().cloned().collect(), "the rest");
+    assert_conserved(&s).await;
 }
 
 /// Many concurrent acquires on one account, from two pools, never overdraw:

@@ -247,34 +247,37 @@ pub(in crate::store) const RELEASE_GUESSED_IF_UNCHANGED_SQL: &str =
 /// Settles every listed lease that is still active with the `used` the core
 /// read, whose account it can lock without waiting, and adds each settled
 /// lease's account change ($5–$11, one array per counter in `COUNTER_NAMES`
-/// order) to its account. Returns the settled lease ids. Locks follow the
-/// global order: accounts by `account_id`, then their leases by `lease_id`
-/// (`leases`), before the UPDATE touches any lease row. Each account the
+/// order) to its account. Returns the settled lease ids. Each account the
 /// pass settled leases in gets one journal entry, at ($12, $13), whose deltas
 /// are the sum of its leases' changes.
+///
+/// It locks each listed account once, in `account_id` order and without
+/// waiting (`locked`), and then updates the leases of the accounts it holds
+/// without locking them first, as the release write does. No cycle of waits
+/// can form: every other writer of a lease holds the lease's account first,
+/// and this statement holds those accounts, so the only transaction that can
+/// hold one of their leases is a locking reclaim pass, which never waits
+/// (`LOCK_DUE_SQL`, `store/mod.rs`).
 pub(in crate::store) const SETTLE_IF_UNCHANGED_SQL: &str = concat!(
     "
-WITH locked AS (
+WITH listed AS (
     SELECT u.*
     FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::int8[], $6::int8[], $7::int8[],
                 $8::int8[], $9::int8[], $10::int8[], $11::int8[])
         AS u(account_id, lease_id, used, state, ",
     counters!(""),
     ")
-    JOIN tollgate_accounts AS a ON a.account_id = u.account_id
+), locked AS (
+    SELECT a.account_id
+    FROM tollgate_accounts AS a
+    WHERE a.account_id = ANY($1)
     ORDER BY a.account_id
     FOR NO KEY UPDATE OF a SKIP LOCKED
-), leases AS (
-    SELECT l.lease_id
-    FROM tollgate_leases AS l
-    JOIN locked AS k ON k.lease_id = l.lease_id AND k.account_id = l.account_id
-    ORDER BY l.lease_id
-    FOR UPDATE OF l
 ), settled AS (
     UPDATE tollgate_leases AS l
     SET state = k.state, settled_at = now()
-    FROM locked AS k
-    JOIN leases AS x ON x.lease_id = k.lease_id
+    FROM listed AS k
+    JOIN locked AS x ON x.account_id = k.account_id
     WHERE l.lease_id = k.lease_id
       AND l.account_id = k.account_id
       AND l.state = 'active'
