@@ -239,7 +239,7 @@ pub(super) const LOCK_HELD_LEASE_SQL: &str = concat!(
 /// in the same order, however many of the most overdue leases are looked at:
 /// looking at more only adds accounts after them. So with $4 below $3 the
 /// rows are the first rows of the statement with $4 = $3 whenever there are
-/// $3 of them or fewer than $4 leases were considered (`read_due`), and the
+/// $3 of them or fewer than $4 leases were considered (`read_due_rows`), and the
 /// statement visits the rows of only $4 leases to find its accounts, where
 /// the most overdue ones of a large backlog are spread over as many heap
 /// pages as there are accounts.

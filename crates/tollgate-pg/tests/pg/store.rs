@@ -547,10 +547,10 @@ async fn reclaim_passes_racing_usage_and_releases_on_the_same_accounts_never_dea
 
 /// A pass whose bound is larger than the number of most overdue leases it
 /// looks at first (64), over accounts with one due lease each, still settles
-/// its whole bound in expiry order: the read widens to as many leases as the
-/// bound instead of stopping at the accounts it found first.
+/// its whole bound, the most overdue leases: the read widens to as many
+/// leases as the bound instead of stopping at the accounts it found first.
 #[tokio::test]
-async fn a_pass_over_accounts_with_one_due_lease_each_fills_its_bound_in_expiry_order() {
+async fn a_pass_over_accounts_with_one_due_lease_each_fills_its_bound_with_the_most_overdue() {
     let s = store(nanos(0)).await;
     let mut due = Vec::new();
     for a in 0..100 {
