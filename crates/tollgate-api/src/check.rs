@@ -1,10 +1,13 @@
 //! The bodies of `GET /v1/admin/check` and of the storage part of
 //! `/readyz`: the ledger's equations, legacy bounds, guard violations,
-//! journals that do not replay, and the migration status.
+//! journals that do not replay, usage totals that differ from their events,
+//! and the migration status.
 
 use serde::{Deserialize, Serialize};
 use tollgate_core::Violation;
-use tollgate_store::{CheckReport, GuardViolation, LegacyBoundCount, MigrationStatus, StorageStatus};
+use tollgate_store::{
+    CheckReport, GuardViolation, LegacyBoundCount, MigrationStatus, StorageStatus, UsageTotalsMismatch,
+};
 use utoipa::ToSchema;
 
 use crate::JournalMismatchBody;
@@ -70,6 +73,48 @@ pub struct LedgerCheckBody {
     /// every journal does.
     #[serde(default)]
     pub journal_mismatches: Vec<JournalMismatchBody>,
+    /// Hourly usage totals that differ from the accepted events they total;
+    /// empty when all agree, and always on the memory store, which keeps none.
+    #[serde(default)]
+    pub usage_totals_mismatches: Vec<UsageTotalsMismatchBody>,
+}
+
+/// One hour of an account's usage totals (one credential, funding and set of
+/// dimensions) that differs from its events (`check`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct UsageTotalsMismatchBody {
+    pub account_id: String,
+    /// The hour's start, RFC 3339.
+    pub hour: String,
+    pub credential_id: String,
+    /// `leased` or `overage`.
+    pub funding: String,
+    /// The dimensions as JSON text.
+    pub dimensions: String,
+    /// Units and events as the totals keep them and as the events count
+    /// them, as decimal strings.
+    pub kept_units: String,
+    pub kept_events: String,
+    pub counted_units: String,
+    pub counted_events: String,
+}
+
+impl From<&UsageTotalsMismatch> for UsageTotalsMismatchBody {
+    fn from(m: &UsageTotalsMismatch) -> Self {
+        let hour = jiff::Timestamp::from_second(m.hour.saturating_mul(3600))
+            .map_or_else(|_| format!("hour {}", m.hour), |at| at.to_string());
+        Self {
+            account_id: m.account_id.clone(),
+            hour,
+            credential_id: m.credential_id.clone(),
+            funding: m.funding.to_owned(),
+            dimensions: m.dimensions.clone(),
+            kept_units: m.kept.0.to_string(),
+            kept_events: m.kept.1.to_string(),
+            counted_units: m.counted.0.to_string(),
+            counted_events: m.counted.1.to_string(),
+        }
+    }
 }
 
 impl From<&CheckReport> for LedgerCheckBody {
@@ -79,6 +124,7 @@ impl From<&CheckReport> for LedgerCheckBody {
             violations: r.violations.iter().map(ViolationBody::from).collect(),
             legacy_bounds: r.legacy_bounds.iter().map(LegacyBoundBody::from).collect(),
             journal_mismatches: r.journal_mismatches.iter().map(JournalMismatchBody::from).collect(),
+            usage_totals_mismatches: r.usage_totals_mismatches.iter().map(UsageTotalsMismatchBody::from).collect(),
         }
     }
 }
@@ -163,7 +209,9 @@ impl CheckBody {
         guard_violations: Option<Vec<GuardViolationBody>>,
     ) -> Self {
         let ok = storage.is_ready()
-            && ledger.as_ref().is_some_and(|l| l.violations.is_empty() && l.journal_mismatches.is_empty())
+            && ledger.as_ref().is_some_and(|l| {
+                l.violations.is_empty() && l.journal_mismatches.is_empty() && l.usage_totals_mismatches.is_empty()
+            })
             && guard_violations.as_ref().is_some_and(Vec::is_empty);
         Self { ok, storage, ledger, guard_violations }
     }

@@ -23,7 +23,8 @@ mod usage_queries;
 mod webhooks;
 
 pub use check::{
-    CheckBody, GuardViolationBody, LedgerCheckBody, LegacyBoundBody, MigrationsBody, StorageBody, ViolationBody,
+    CheckBody, GuardViolationBody, LedgerCheckBody, LegacyBoundBody, MigrationsBody, StorageBody,
+    UsageTotalsMismatchBody, ViolationBody,
 };
 pub use journal::{CounterDeltasBody, JournalEntryBody, JournalKindBody, JournalMismatchBody, JournalPageBody};
 pub use listings::{CreditBody, PageBody};

@@ -92,6 +92,8 @@ pub async fn assert_ledger<S: Store>(store: &S, account_id: &str, expected: Ledg
         panic!("journal of {account_id} does not replay to its counters: {error}; entries {entries:?}");
     }
     assert!(report.journal_mismatches.is_empty(), "journals do not replay: {:?}", report.journal_mismatches);
+    let usage_totals = &report.usage_totals_mismatches;
+    assert!(usage_totals.is_empty(), "usage totals differ from their events: {usage_totals:?}");
 }
 
 /// The whole journal of `account_id`, read page by page through `Store::journal`.

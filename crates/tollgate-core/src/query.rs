@@ -222,6 +222,48 @@ impl UsageQuery {
     }
 }
 
+/// How a store that keeps hourly totals of accepted events (PostgreSQL's
+/// `tollgate_usage_hourly`, migration 0025) answers a query: the whole UTC
+/// hours of the range from those totals, and only the partial hours at its
+/// two ends from the events. Every event of the range lies in exactly one of
+/// the three parts, and an hour lies in exactly one bucket of any window
+/// other than a minute, so the sums equal those of the events alone. A
+/// query by minute or by lease, which hourly totals do not resolve, or one
+/// within an hour, reads its whole range from the events (`head`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HourlyPlan {
+    /// The events `[from, to)` before the first whole hour; may be empty.
+    pub head: (Timestamp, Timestamp),
+    /// The whole hours `first..end`, as hour indices since the epoch
+    /// (floor division); empty when `first == end`.
+    pub hours: (i64, i64),
+    /// The events `[from, to)` after the last whole hour; may be empty.
+    pub tail: (Timestamp, Timestamp),
+}
+
+impl UsageQuery {
+    /// This query's [`HourlyPlan`].
+    pub fn hourly_plan(&self) -> HourlyPlan {
+        let (from, to) = (self.range.from, self.range.to);
+        let events_only = HourlyPlan { head: (from, to), hours: (0, 0), tail: (to, to) };
+        if self.window == Some(Window::Minute) || self.group_by == GroupBy::Lease {
+            return events_only;
+        }
+        let hour = Window::Hour.nanos();
+        let first = -(-from.as_nanosecond()).div_euclid(hour);
+        let end = to.as_nanosecond().div_euclid(hour);
+        // Hour boundaries within [from, to] lie in the domain.
+        let at = |index: i128| Timestamp::from_nanosecond(index * hour).ok();
+        match (at(first), at(end)) {
+            (Some(start), Some(stop)) if first < end => {
+                // |index| < 2^69 / 3.6e12, well inside an i64.
+                HourlyPlan { head: (from, start), hours: (first as i64, end as i64), tail: (stop, to) }
+            }
+            _ => events_only,
+        }
+    }
+}
+
 /// Units and events of a set of accepted events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Totals {

@@ -41,11 +41,11 @@ pub const GLOBAL_TABLES: &[&str] =
     &["tollgate_legacy_credential_keys", "tollgate_settings", "tollgate_webhook_endpoints"];
 
 /// The conversion `TestDb::partition_by_account` runs: one PL/pgSQL block that
-/// reads the per-account tables and their keys, indexes and foreign keys from
-/// the catalogue, then renames each table, creates the partitioned table
-/// `LIKE` it (columns, defaults, checks), its partitions, copies the rows,
-/// drops the old table, and recreates keys, indexes and foreign keys from
-/// their catalogue definitions. Identifiers are quoted with `format('%I')`.
+/// reads the per-account tables and their keys, indexes, foreign keys and
+/// triggers from the catalogue, then renames each table, creates the
+/// partitioned table `LIKE` it (columns, defaults, checks), its partitions,
+/// copies the rows, drops the old table, and recreates keys, indexes, foreign
+/// keys and triggers from their catalogue definitions. Identifiers are quoted with `format('%I')`.
 const PARTITION_BY_ACCOUNT_SQL: &str = include_str!("testing/partition_by_account.sql");
 
 /// Tables of the current schema with an `account_id` column that are neither

@@ -20,8 +20,8 @@ pub use memory::MemoryStore;
 pub use model::{
     AccountView, CheckReport, Consolidated, CreditReceipt, GuardViolation, IssuedCredential, IssuedLease,
     JournalMismatch, JournalPage, LeaseHandle, LeaseSummary, LegacyBoundCount, MigrationStatus, ReclaimReport,
-    ReclaimedLease, Released, SkippedLease, StorageStatus, UnlockedCounts, UnlockedOperation, Verification,
-    reclaim_read_max,
+    ReclaimedLease, Released, SkippedLease, StorageStatus, UnlockedCounts, UnlockedOperation, UsageTotalsMismatch,
+    Verification, reclaim_read_max,
 };
 pub use outbox::{
     AttemptResult, ClaimedDelivery, Delivery, DeliveryState, IssuedEndpoint, Outbox, OutboxCounts, WebhookEndpoint,

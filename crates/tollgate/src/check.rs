@@ -195,6 +195,21 @@ fn human_ledger(out: &mut String, ledger: &LedgerCheckBody) {
     for m in &ledger.journal_mismatches {
         out.push_str(&format!("  MISMATCH account {}: {}\n", m.account_id, m.reason));
     }
+    out.push_str(&format!("usage totals: {} hours differ from their events\n", ledger.usage_totals_mismatches.len()));
+    for m in &ledger.usage_totals_mismatches {
+        out.push_str(&format!(
+            "  MISMATCH account {} hour {} credential {} {} {}: kept {} units in {} events, counted {} in {}\n",
+            m.account_id,
+            m.hour,
+            m.credential_id,
+            m.funding,
+            m.dimensions,
+            m.kept_units,
+            m.kept_events,
+            m.counted_units,
+            m.counted_events
+        ));
+    }
     out.push_str("legacy bounds (state, expiry_is_upper_bound, count):\n");
     if ledger.legacy_bounds.is_empty() {
         out.push_str("  no leases\n");

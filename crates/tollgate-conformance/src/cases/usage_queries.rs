@@ -317,3 +317,96 @@ pub async fn usage_exports_page_in_order<F: StoreFactory>(f: &F) {
     }
     assert!(matches!(ExportQuery::new("a", range, Some("c1.garbage"), limit), Err(Error::InvalidCursor)));
 }
+
+/// An hour boundary (1 700 002 800 s since the epoch).
+const H0: i128 = 1_700_002_800_000_000_000;
+
+/// "A usage query's answer is its events' whatever a store keeps": whole
+/// hours and the partial hours at a range's ends add up as the events do,
+/// for every window and grouping, across batches that add to the same
+/// hour, credential, funding and dimensions; duplicates, rejected events
+/// and other accounts' events never count. (PostgreSQL reads whole hours
+/// from its hourly totals, `UsageQuery::hourly_plan`.)
+pub async fn usage_totals_are_the_events_across_whole_and_partial_hours<F: StoreFactory>(f: &F) {
+    let s = f.create(with_grace(nanos(0))).await;
+    funded(&s, "a", 100).await;
+    funded(&s, "b", 0).await;
+    let now = ts(T0);
+    let (c1, c2, cb) = (credential(&s, "a", now).await, credential(&s, "a", now).await, credential(&s, "b", now).await);
+    let lease = s.acquire("a", 50, secs(60), now).await.unwrap();
+    let x = [("model", "x")];
+    let first = vec![
+        overage("before", "a", &c1, 1, ts(H0 - 1)),
+        with(leased("h0-a", &c1, &lease, 2, ts(H0)), &x),
+        with(overage("h0-b", "a", &c2, 4, ts(H0 + 30 * MINUTE)), &[("model", "y")]),
+        overage("other", "b", &cb, 1_000, ts(H0 + 1)),
+    ];
+    assert!(ingest_codes(&s, first, now).await.iter().all(|code| code.ends_with(":accepted")));
+    let second = vec![
+        with(leased("h0-c", &c1, &lease, 8, ts(H0 + HOUR - 1)), &x),
+        overage("h1", "a", &c1, 16, ts(H0 + HOUR + 5)),
+        overage("h2", "a", &c2, 32, ts(H0 + 2 * HOUR + 10)),
+        with(leased("h0-a", &c1, &lease, 1_000, ts(H0)), &x),
+        with(overage("bad", "a", &c1, 64, ts(H0)), &[("Model", "x")]),
+    ];
+    let codes = ingest_codes(&s, second, now).await;
+    assert_eq!(
+        codes,
+        ["h0-c:accepted", "h1:accepted", "h2:accepted", "h0-a:duplicate", "bad:rejected:invalid_dimensions"]
+    );
+
+    let usage = |from: i128, to: i128, window: Option<Window>, group_by: GroupBy| {
+        let s = &s;
+        async move { buckets(&s.usage("a", &query(from, to, window, group_by)).await.unwrap()) }
+    };
+    // Whole hours only.
+    let hours = usage(H0, H0 + 3 * HOUR, Some(Window::Hour), GroupBy::Nothing).await;
+    let expected: Buckets = vec![
+        (H0, H0 + HOUR, vec![one(None, 14, 3)]),
+        (H0 + HOUR, H0 + 2 * HOUR, vec![one(None, 16, 1)]),
+        (H0 + 2 * HOUR, H0 + 3 * HOUR, vec![one(None, 32, 1)]),
+    ];
+    assert_eq!(hours, expected);
+    // Partial ends: from just before the boundary to inside the last hour.
+    let cut = usage(H0 - 1, H0 + 2 * HOUR + 10, None, GroupBy::Nothing).await;
+    assert_eq!(cut, vec![(H0 - 1, H0 + 2 * HOUR + 10, vec![one(None, 31, 5)])]);
+    let cut_hours = usage(H0 + 1, H0 + 2 * HOUR + 11, Some(Window::Hour), GroupBy::Funding).await;
+    let expected: Buckets = vec![
+        (H0 + 1, H0 + HOUR, vec![one(Some("leased"), 8, 1), one(Some("overage"), 4, 1)]),
+        (H0 + HOUR, H0 + 2 * HOUR, vec![one(Some("overage"), 16, 1)]),
+        (H0 + 2 * HOUR, H0 + 2 * HOUR + 11, vec![one(Some("overage"), 32, 1)]),
+    ];
+    assert_eq!(cut_hours, expected);
+    // By day, by credential and by dimension over the same hours.
+    // H0's day ends an hour after H0.
+    let day_start = H0.div_euclid(DAY) * DAY;
+    assert_eq!(day_start + DAY, H0 + HOUR);
+    let days = usage(day_start, day_start + 2 * DAY, Some(Window::Day), GroupBy::Credential).await;
+    let sorted = |mut groups: Vec<_>| {
+        groups.sort();
+        groups
+    };
+    let expected: Buckets = vec![
+        (day_start, day_start + DAY, sorted(vec![one(Some(&c1), 11, 3), one(Some(&c2), 4, 1)])),
+        (day_start + DAY, day_start + 2 * DAY, sorted(vec![one(Some(&c1), 16, 1), one(Some(&c2), 32, 1)])),
+    ];
+    assert_eq!(days, expected);
+    let models = usage(H0 - HOUR, H0 + 3 * HOUR, None, GroupBy::Dimension("model".into())).await;
+    let expected = vec![one(None, 49, 3), one(Some("x"), 10, 2), one(Some("y"), 4, 1)];
+    assert_eq!(models, vec![(H0 - HOUR, H0 + 3 * HOUR, expected)]);
+    // By lease, which hourly totals do not resolve.
+    let leases = usage(H0 - HOUR, H0 + 3 * HOUR, None, GroupBy::Lease).await;
+    let expected = vec![one(None, 53, 4), one(Some(&lease.lease.lease_id), 10, 2)];
+    assert_eq!(leases, vec![(H0 - HOUR, H0 + 3 * HOUR, expected)]);
+    let ledger = Ledger {
+        credited: 100,
+        available: 50,
+        reserved: 50,
+        overage: 53,
+        billed: 63,
+        next_fence: 2,
+        active_leases: 1,
+        ..Ledger::default()
+    };
+    assert_ledger(&s, "a", ledger).await;
+}

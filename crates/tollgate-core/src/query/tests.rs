@@ -151,3 +151,83 @@ fn export_cursors_resume_their_own_account_and_range() {
 fn limit(rows: u32) -> PageLimit {
     PageLimit::new(Some(rows)).unwrap()
 }
+
+const HOUR: i128 = 60 * MINUTE;
+
+fn query(from: i128, to: i128, window: Option<Window>, group_by: GroupBy) -> UsageQuery {
+    UsageQuery::new(Range::new(at(from), at(to)).unwrap(), window, group_by).unwrap()
+}
+
+#[test]
+fn an_hourly_plan_reads_whole_hours_from_totals_and_the_partial_ends_from_events() {
+    let aligned = query(0, 2 * HOUR, Some(Window::Hour), GroupBy::Credential).hourly_plan();
+    assert_eq!(aligned, HourlyPlan { head: (at(0), at(0)), hours: (0, 2), tail: (at(2 * HOUR), at(2 * HOUR)) });
+    let cut = query(-30 * MINUTE, 2 * HOUR + 1, None, GroupBy::Nothing).hourly_plan();
+    assert_eq!(
+        cut,
+        HourlyPlan { head: (at(-30 * MINUTE), at(0)), hours: (0, 2), tail: (at(2 * HOUR), at(2 * HOUR + 1)) }
+    );
+    let before_1970 = query(-3 * HOUR - 1, -HOUR + 1, Some(Window::Day), GroupBy::Funding).hourly_plan();
+    assert_eq!(before_1970.hours, (-3, -1));
+    let events_only = |q: UsageQuery| {
+        let plan = q.hourly_plan();
+        assert_eq!(
+            plan,
+            HourlyPlan { head: (q.range.from, q.range.to), hours: (0, 0), tail: (q.range.to, q.range.to) }
+        );
+    };
+    events_only(query(30 * MINUTE, 90 * MINUTE, Some(Window::Hour), GroupBy::Nothing));
+    events_only(query(0, 2 * HOUR, Some(Window::Minute), GroupBy::Nothing));
+    events_only(query(0, 2 * HOUR, Some(Window::Hour), GroupBy::Lease));
+}
+
+/// The report of a plan: the events of its two ends as they are, and those
+/// of its whole hours as hourly totals would give them, each added to the
+/// bucket of its hour's start.
+fn planned_report(q: &UsageQuery, events: &[UsageEvent]) -> UsageReport {
+    let plan = q.hourly_plan();
+    let mut aggregation = Aggregation::new(q);
+    for e in events {
+        let ns = e.occurred_at.as_nanosecond();
+        let hour = ns.div_euclid(HOUR) as i64;
+        let in_part = |(from, to): (Timestamp, Timestamp)| from <= e.occurred_at && e.occurred_at < to;
+        if in_part(plan.head) || in_part(plan.tail) {
+            aggregation.add_event(e).unwrap();
+        } else if (plan.hours.0..plan.hours.1).contains(&hour) {
+            let bucket = q.bucket_of(at(i128::from(hour) * HOUR));
+            aggregation.add(bucket, q.group_by.key_of(e), u128::from(e.units), 1).unwrap();
+        }
+    }
+    aggregation.finish().unwrap()
+}
+
+proptest::proptest! {
+    #[test]
+    fn an_hourly_plan_answers_as_the_events_do(
+        times in proptest::collection::vec((-5 * HOUR..5 * HOUR, 0u64..100, proptest::bool::ANY, 0u8..3), 0..40),
+        from in -6 * HOUR..6 * HOUR,
+        length in 1..8 * HOUR,
+        window in 0usize..4,
+        group in 0usize..5,
+    ) {
+        let events: Vec<UsageEvent> = times
+            .iter()
+            .enumerate()
+            .map(|(i, (ns, units, leased, model))| {
+                let model = ["x", "y"].get(usize::from(*model)).copied();
+                event(&format!("r{i}"), *ns, *units, leased.then_some("l"), model)
+            })
+            .collect();
+        let window = [None, Some(Window::Minute), Some(Window::Hour), Some(Window::Day)][window];
+        let group_by =
+            [GroupBy::Nothing, GroupBy::Credential, GroupBy::Lease, GroupBy::Funding, GroupBy::Dimension("model".into())]
+                [group]
+                .clone();
+        let q = query(from, from + length, window, group_by);
+        let mut all = Aggregation::new(&q);
+        for e in &events {
+            all.add_event(e).unwrap();
+        }
+        proptest::prop_assert_eq!(planned_report(&q, &events), all.finish().unwrap());
+    }
+}

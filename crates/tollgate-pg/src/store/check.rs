@@ -1,23 +1,28 @@
 //! The operator's check: the guard inspection, the conservation equations of
-//! every account and the legacy-bound readiness count, in one snapshot.
+//! every account, the hourly usage totals against the events, and the
+//! legacy-bound readiness count, in one snapshot.
 
 use std::collections::{HashMap, HashSet};
 
 use sqlx::PgConnection;
 use tollgate_core::ledger::LeaseState;
 use tollgate_core::{Balances, COUNTER_NAMES, Error, check_balances};
-use tollgate_store::{CheckReport, GuardViolation, LegacyBoundCount};
+use tollgate_store::{CheckReport, GuardViolation, LegacyBoundCount, UsageTotalsMismatch};
 
 use super::Engine;
 use super::errors::{corrupt, negative_counter, storage_error};
 use super::journal::journal_mismatches;
 use super::load::finish;
 use super::rows::AccountRow;
-use super::sql::{CHECK_ACCOUNTS_SQL, CHECK_LEASES_SQL, CHECK_SNAPSHOT_SQL, LEGACY_BOUNDS_SQL};
+use super::sql::{CHECK_ACCOUNTS_SQL, CHECK_LEASES_SQL, CHECK_SNAPSHOT_SQL, CHECK_USAGE_HOURLY_SQL, LEGACY_BOUNDS_SQL};
 use crate::inspect;
 
 /// Accounts per page in `check`, which bounds its memory.
 const CHECK_PAGE_ACCOUNTS: i64 = 1_000;
+
+/// The most usage totals mismatches one report lists; the check goes on
+/// checking the rest of the ledger.
+pub(super) const USAGE_TOTALS_MISMATCHES_MAX: usize = 1_000;
 
 impl Engine {
     pub(super) async fn check_all(&self) -> Result<CheckReport, Error> {
@@ -60,6 +65,7 @@ async fn check_page(conn: &mut PgConnection, after: &str, report: &mut CheckRepo
     let Some(last) = accounts.last().map(|row| row.account_id.clone()) else { return Ok(None) };
     let page_ids: Vec<String> = accounts.iter().map(|row| row.account_id.clone()).collect();
     report.journal_mismatches.extend(journal_mismatches(conn, &page_ids).await?);
+    usage_totals_mismatches(conn, &page_ids, &mut report.usage_totals_mismatches).await?;
     let leases: Vec<(String, String, i64, i64)> =
         sqlx::query_as(CHECK_LEASES_SQL).bind(&page_ids).fetch_all(&mut *conn).await.map_err(storage_error)?;
     let mut unchecked: HashSet<String> = HashSet::new();
@@ -85,6 +91,41 @@ async fn check_page(conn: &mut PgConnection, after: &str, report: &mut CheckRepo
         report.accounts_checked += 1;
     }
     Ok(Some(last))
+}
+
+/// Adds the hourly usage totals of the accounts `ids` that differ from their
+/// events to `found`, up to [`USAGE_TOTALS_MISMATCHES_MAX`] in all.
+async fn usage_totals_mismatches(
+    conn: &mut PgConnection,
+    ids: &[String],
+    found: &mut Vec<UsageTotalsMismatch>,
+) -> Result<(), Error> {
+    let room = USAGE_TOTALS_MISMATCHES_MAX.saturating_sub(found.len());
+    if room == 0 {
+        return Ok(());
+    }
+    type Row = (String, i64, String, bool, String, String, String, String, String);
+    let rows: Vec<Row> = sqlx::query_as(CHECK_USAGE_HOURLY_SQL)
+        .bind(ids)
+        .bind(room as i64)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(storage_error)?;
+    let total = |text: &str| {
+        text.parse::<u128>().map_err(|_| corrupt(format!("usage total {text} is not a nonnegative 128-bit integer")))
+    };
+    for (account_id, hour, credential_id, leased, dimensions, kept_units, kept_events, units, events) in rows {
+        found.push(UsageTotalsMismatch {
+            account_id,
+            hour,
+            credential_id,
+            funding: if leased { "leased" } else { "overage" },
+            dimensions,
+            kept: (total(&kept_units)?, total(&kept_events)?),
+            counted: (total(&units)?, total(&events)?),
+        });
+    }
+    Ok(())
 }
 
 /// The balances of an account row, or `None` after reporting each of them

@@ -389,6 +389,43 @@ pub(super) const CHECK_ACCOUNTS_SQL: &str = concat!(
 pub(super) const CHECK_LEASES_SQL: &str = "SELECT l.lease_id, l.account_id, l.granted, l.used FROM tollgate_leases l \
      WHERE l.account_id = ANY($1) AND l.state = 'active'";
 
+/// The hourly usage totals of the accounts $1 (migration 0025) that differ
+/// from their events: each row's kept and counted units and events, a
+/// missing side as zeros, in key order, at most $2. The events are summed
+/// by the key the trigger that keeps the totals adds them under.
+pub(super) const CHECK_USAGE_HOURLY_SQL: &str = "
+WITH counted AS (
+    SELECT e.account_id, e.hour, e.credential_id, e.leased,
+           sha256(convert_to(e.dimensions::text, 'UTF8')) AS dimensions_sha256, e.dimensions,
+           sum(e.units) AS units, count(*) AS events
+    FROM (
+        SELECT u.account_id,
+               (u.occurred_at_floor_us - (u.occurred_at_floor_us % 3600000000 + 3600000000) % 3600000000)
+                   / 3600000000 AS hour,
+               u.credential_id, u.lease_id IS NOT NULL AS leased,
+               coalesce(u.dimensions, '{}'::jsonb) AS dimensions, u.units
+        FROM tollgate_usage_events u
+        WHERE u.account_id = ANY($1)
+    ) e
+    GROUP BY e.account_id, e.hour, e.credential_id, e.leased, e.dimensions
+), kept AS (
+    SELECT h.account_id, h.hour, h.credential_id, h.leased, h.dimensions_sha256, h.dimensions, h.units, h.events
+    FROM tollgate_usage_hourly h
+    WHERE h.account_id = ANY($1)
+)
+SELECT coalesce(k.account_id, c.account_id), coalesce(k.hour, c.hour),
+       coalesce(k.credential_id, c.credential_id), coalesce(k.leased, c.leased),
+       coalesce(k.dimensions, c.dimensions)::text,
+       coalesce(k.units, 0)::text, coalesce(k.events, 0)::text,
+       coalesce(c.units, 0)::text, coalesce(c.events, 0)::text
+FROM kept k
+FULL JOIN counted c
+    ON c.account_id = k.account_id AND c.hour = k.hour AND c.credential_id = k.credential_id
+   AND c.leased = k.leased AND c.dimensions_sha256 = k.dimensions_sha256
+WHERE k.units IS DISTINCT FROM c.units OR k.events IS DISTINCT FROM c.events
+ORDER BY 1, 2, 3, 4, 5
+LIMIT $2";
+
 /// Leases by state and by whether their expiry is an upper bound.
 pub(super) const LEGACY_BOUNDS_SQL: &str = "SELECT state, expiry_is_upper_bound, count(*) FROM tollgate_leases \
      GROUP BY state, expiry_is_upper_bound";

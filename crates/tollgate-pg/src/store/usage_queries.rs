@@ -1,4 +1,6 @@
-//! Usage queries and exports: each one statement on one account's events;
+//! Usage queries and exports: each one statement on one account's events
+//! (the totals read whole hours from the hourly totals instead, as the
+//! core's `HourlyPlan` says);
 //! only an empty answer reads the account too, to tell an unknown account
 //! (`Engine::existing`). The core validated the query, and its
 //! `Aggregation` turns the statement's grouped sums into the same report the
@@ -59,7 +61,7 @@ impl Engine {
         if !storable(account_id) {
             return Err(Error::AccountNotFound);
         }
-        let (from, to) = (InstantPair::encode(query.range.from), InstantPair::encode(query.range.to));
+        let plan = query.hourly_plan();
         let (grouping, key) = match &query.group_by {
             GroupBy::Nothing => ("none", None),
             GroupBy::Credential => ("credential", None),
@@ -67,21 +69,21 @@ impl Engine {
             GroupBy::Funding => ("funding", None),
             GroupBy::Dimension(key) => ("dimension", Some(key.as_str())),
         };
-        // One read-only transaction, so that the custom plans end with it.
-        let mut tx = Tx::begin(&self.pool).await.map_err(storage_error)?;
-        sqlx::query(CUSTOM_PLANS_SQL).execute(&mut *tx).await.map_err(storage_error)?;
-        let rows: Vec<TotalsRow> = sqlx::query_as(USAGE_TOTALS_SQL)
-            .bind(account_id)
-            .bind(from.floor_us)
-            .bind(from.submicro_ns)
-            .bind(to.floor_us)
-            .bind(to.submicro_ns)
+        let mut statement = sqlx::query_as(USAGE_TOTALS_SQL).bind(account_id);
+        for (from, to) in [plan.head, plan.tail] {
+            let (from, to) = (InstantPair::encode(from), InstantPair::encode(to));
+            statement = statement.bind(from.floor_us).bind(from.submicro_ns).bind(to.floor_us).bind(to.submicro_ns);
+        }
+        let statement = statement
             .bind(query.window.map(|window| window.micros()))
             .bind(grouping)
             .bind(key)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(storage_error)?;
+            .bind(plan.hours.0)
+            .bind(plan.hours.1);
+        // One read-only transaction, so that the custom plans end with it.
+        let mut tx = Tx::begin(&self.pool).await.map_err(storage_error)?;
+        sqlx::query(CUSTOM_PLANS_SQL).execute(&mut *tx).await.map_err(storage_error)?;
+        let rows: Vec<TotalsRow> = statement.fetch_all(&mut *tx).await.map_err(storage_error)?;
         tx.commit().await.map_err(storage_error)?;
         self.existing(account_id, rows.len()).await?;
         let mut aggregation = Aggregation::new(query);

@@ -34,6 +34,10 @@ BEGIN
           AND NOT EXISTS (SELECT FROM pg_constraint k
                           WHERE k.conindid = x.indexrelid AND k.conrelid = x.indrelid
                             AND k.contype IN ('p', 'u', 'x'));
+    CREATE TEMP TABLE triggers ON COMMIT DROP AS
+        SELECT pg_get_triggerdef(g.oid) AS def
+        FROM pg_trigger g
+        WHERE g.tgrelid IN (SELECT relid FROM per_account) AND NOT g.tgisinternal;
 
     FOR d IN SELECT * FROM foreign_keys LOOP
         EXECUTE format('ALTER TABLE %I DROP CONSTRAINT %I', d.on_table, d.name);
@@ -57,6 +61,9 @@ BEGIN
     END LOOP;
     FOR d IN SELECT * FROM foreign_keys LOOP
         EXECUTE format('ALTER TABLE %I ADD CONSTRAINT %I %s', d.on_table, d.name, d.def);
+    END LOOP;
+    FOR d IN SELECT * FROM triggers LOOP
+        EXECUTE d.def;
     END LOOP;
 END
 $convert$;

@@ -22,4 +22,5 @@ mod upgrade_0017;
 mod upgrade_0017_legacy_grants;
 mod upgrade_0020;
 mod upgrade_0022;
+mod upgrade_0025;
 mod usage_index;

@@ -162,6 +162,7 @@ fn classification() -> BTreeMap<&'static str, Class> {
         ),
         ("CHECK_ACCOUNTS_SQL", Global { why: CHECK }),
         ("CHECK_LEASES_SQL", Global { why: CHECK }),
+        ("CHECK_USAGE_HOURLY_SQL", Global { why: CHECK }),
         ("LEGACY_BOUNDS_SQL", Global { why: CHECK }),
         ("CHECK_SNAPSHOT_SQL", Global { why: CHECK }),
         ("APPLIED_MIGRATIONS_SQL", Global { why: SETTINGS }),
@@ -178,7 +179,24 @@ fn classification() -> BTreeMap<&'static str, Class> {
         ("LIST_CREDITS_SQL", Single { params: &[ACCOUNT, ("text", "''"), INT8] }),
         (
             "USAGE_TOTALS_SQL",
-            Single { params: &[ACCOUNT, INT8, INT2, INT8, INT2, INT8, ("text", "'dimension'"), ("text", "'model'")] },
+            Single {
+                params: &[
+                    ACCOUNT,
+                    INT8,
+                    INT2,
+                    INT8,
+                    INT2,
+                    INT8,
+                    INT2,
+                    INT8,
+                    INT2,
+                    INT8,
+                    ("text", "'dimension'"),
+                    ("text", "'model'"),
+                    INT8,
+                    INT8,
+                ],
+            },
         ),
         ("USAGE_EVENTS_FIRST_SQL", Single { params: &[ACCOUNT, INT8, INT2, INT8, INT2, INT8] }),
         (

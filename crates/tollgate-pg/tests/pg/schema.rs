@@ -347,6 +347,7 @@ async fn every_key_of_a_per_account_table_leads_with_account_id() {
             "tollgate_leases tollgate_leases_pkey",
             "tollgate_outbox_cursors tollgate_outbox_cursors_pkey",
             "tollgate_usage_events tollgate_usage_events_pkey",
+            "tollgate_usage_hourly tollgate_usage_hourly_pkey",
             "tollgate_webhook_deliveries tollgate_webhook_deliveries_event_endpoint_key",
             "tollgate_webhook_deliveries tollgate_webhook_deliveries_pkey",
             "tollgate_webhook_events tollgate_webhook_events_pkey",
@@ -396,8 +397,8 @@ async fn every_key_of_a_per_account_table_leads_with_account_id() {
 #[test]
 fn catalogue_is_contiguous_from_1_and_forward_only() {
     let versions: Vec<i64> = MIGRATOR.iter().map(|m| m.version).collect();
-    assert_eq!(versions, (1..=24).collect::<Vec<i64>>());
-    assert_eq!(latest_version(), 24);
+    assert_eq!(versions, (1..=25).collect::<Vec<i64>>());
+    assert_eq!(latest_version(), 25);
     for migration in MIGRATOR.iter() {
         assert_eq!(migration.migration_type, MigrationType::Simple, "{}", migration.version);
         assert!(!migration.no_tx, "migration {} must run in a transaction", migration.version);
@@ -428,6 +429,7 @@ async fn apply_reports_each_version_once() {
             (22, "create account journal"),
             (23, "index active leases by account expiry"),
             (24, "create alerts and webhooks"),
+            (25, "create usage hourly totals"),
         ]
     );
 

@@ -1,5 +1,6 @@
-//! The usage read side's statements use the index migration 0021 created,
-//! shown by the plan PostgreSQL chooses, not by timing.
+//! The usage read side's statements use the index migration 0021 created
+//! (and the totals the hourly totals' key, migration 0025), shown by the
+//! plan PostgreSQL chooses, not by timing.
 
 use serde_json::Value;
 use sqlx::{Connection, PgConnection, Row};
@@ -37,12 +38,14 @@ async fn usage_statements_scan_the_occurred_at_index() {
     let mut conn = PgConnection::connect_with(&db.connect_options()).await.expect("connection");
     sqlx::raw_sql("SET plan_cache_mode = force_generic_plan").execute(&mut conn).await.expect("generic plans");
     let statements: std::collections::BTreeMap<&str, &str> = store_statements().iter().copied().collect();
-    // One account's first hour, by minute and dimension; then its pages.
+    // One account's day by hour and dimension, its first half hour and last
+    // one from the events and the hours between from the hourly totals;
+    // then its pages.
     let cases = [
         (
             "USAGE_TOTALS_SQL",
-            "int8, int2, int8, int2, int8, text, text",
-            "0, 0, 3600000000, 0, 60000000, 'dimension', 'model'",
+            "int8, int2, int8, int2, int8, int2, int8, int2, int8, text, text, int8, int8",
+            "0, 0, 1800000000, 0, 84600000000, 0, 86400000000, 0, 3600000000, 'dimension', 'model', 1, 23",
         ),
         ("USAGE_EVENTS_FIRST_SQL", "int8, int2, int8, int2, int8", "0, 0, 3600000000, 0, 101"),
         (
@@ -60,7 +63,13 @@ async fn usage_statements_scan_the_occurred_at_index() {
         let json: Value = serde_json::from_str(&text).expect("plan JSON");
         let mut indexes = Vec::new();
         index_names(&json[0]["Plan"], &mut indexes);
-        assert_eq!(indexes, ["tollgate_usage_events_occurred"], "{name}: {text}");
+        let expected: &[&str] = match name {
+            "USAGE_TOTALS_SQL" => {
+                &["tollgate_usage_events_occurred", "tollgate_usage_events_occurred", "tollgate_usage_hourly_pkey"]
+            }
+            _ => &["tollgate_usage_events_occurred"],
+        };
+        assert_eq!(indexes, expected, "{name}: {text}");
     }
     drop(conn);
     db.drop_now().await;

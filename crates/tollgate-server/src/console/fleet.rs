@@ -169,6 +169,9 @@ fn findings(report: &CheckReport) -> Markup {
                 @for mismatch in &report.journal_mismatches {
                     li data-journal=(mismatch.account_id) { (mismatch.to_string()) }
                 }
+                @for mismatch in &report.usage_totals_mismatches {
+                    li data-usage-totals=(mismatch.account_id) { (mismatch.to_string()) }
+                }
             }
         }
     }

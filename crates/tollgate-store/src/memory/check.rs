@@ -33,6 +33,7 @@ impl State {
             legacy_bounds,
             guard_violations: Vec::new(),
             journal_mismatches: self.journal_mismatches(),
+            usage_totals_mismatches: Vec::new(),
         }
     }
 }

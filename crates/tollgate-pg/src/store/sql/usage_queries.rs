@@ -1,10 +1,11 @@
 //! The statements of usage queries and exports. Each reads one account's
 //! events in `[from, to)`, comparing `(floor_us, submicro_ns)` pairs, which
-//! order as the instants do; both are served by the index
-//! `tollgate_usage_events_occurred` (migration 0021).
+//! order as the instants do, through the index
+//! `tollgate_usage_events_occurred` (migration 0021); the totals read whole
+//! hours from the hourly totals (migration 0025) instead.
 
-/// The range test of both statements: $1 the account, ($2, $3) `from` and
-/// ($4, $5) `to` as instant pairs.
+/// The range test of the export's statements: $1 the account, ($2, $3)
+/// `from` and ($4, $5) `to` as instant pairs.
 macro_rules! in_range {
     () => {
         "u.account_id = $1 \
@@ -20,30 +21,92 @@ macro_rules! in_range {
 /// table the account and range are, which only the values tell.
 pub(in crate::store) const CUSTOM_PLANS_SQL: &str = "SET LOCAL plan_cache_mode = force_custom_plan";
 
-/// Units and event counts of the account's events in the range, by bucket
-/// and group, as decimal text (`sum` of `BIGINT` is `numeric`: it never
-/// wraps). $6 is the window in microseconds, NULL for the whole range (every
-/// event in bucket 0); the bucket is `floor(floor_us / $6)`, floor division
-/// written with `%` (which truncates) so that it holds before 1970 too. $7
-/// names the grouping (`credential`, `lease`, `funding`, `dimension`, or
-/// anything else for none) and $8 the dimension's key; a NULL group is the
-/// events without a key.
-pub(in crate::store) const USAGE_TOTALS_SQL: &str = concat!(
-    "SELECT g.bucket, g.group_key, sum(g.units)::text, count(*)::text FROM (
-    SELECT CASE WHEN $6::int8 IS NULL THEN 0::int8
-                ELSE (u.occurred_at_floor_us - (u.occurred_at_floor_us % $6::int8 + $6::int8) % $6::int8) / $6::int8
-           END AS bucket,
-           CASE $7::text
-                WHEN 'credential' THEN u.credential_id
-                WHEN 'lease' THEN u.lease_id
-                WHEN 'funding' THEN CASE WHEN u.lease_id IS NULL THEN 'overage' ELSE 'leased' END
-                WHEN 'dimension' THEN u.dimensions ->> $8::text
-           END AS group_key,
-           u.units
+/// The bucket of the instant whose microseconds are `$x`, for the window of
+/// $10 in microseconds (NULL for the whole range: bucket 0):
+/// `floor($x / $10)`, floor division written with `%` (which truncates) so
+/// that it holds before 1970 too.
+macro_rules! bucket_of {
+    ($x:expr) => {
+        concat!(
+            "CASE WHEN $10::int8 IS NULL THEN 0::int8 ELSE (",
+            $x,
+            " - (",
+            $x,
+            " % $10::int8 + $10::int8) % $10::int8) / $10::int8 END"
+        )
+    };
+}
+
+/// The group key, for the grouping named by $11 (`credential`, `lease`,
+/// `funding`, `dimension`, or anything else for none) and the dimension key
+/// $12, from a row's credential, lease, funding and dimensions expressions;
+/// a NULL key is the group of events without one.
+macro_rules! group_key {
+    ($credential:expr, $lease:expr, $leased:expr, $dimensions:expr) => {
+        concat!(
+            "CASE $11::text WHEN 'credential' THEN ",
+            $credential,
+            " WHEN 'lease' THEN ",
+            $lease,
+            " WHEN 'funding' THEN CASE WHEN ",
+            $leased,
+            " THEN 'leased' ELSE 'overage' END WHEN 'dimension' THEN ",
+            $dimensions,
+            " ->> $12::text END"
+        )
+    };
+}
+
+/// The account's events in `[($a, $b), ($c, $d))`, one row per event.
+macro_rules! events_part {
+    ($a:literal, $b:literal, $c:literal, $d:literal) => {
+        concat!(
+            "SELECT ",
+            bucket_of!("u.occurred_at_floor_us"),
+            " AS bucket, ",
+            group_key!("u.credential_id", "u.lease_id", "u.lease_id IS NOT NULL", "u.dimensions"),
+            " AS group_key, u.units::numeric AS units, 1::int8 AS events
     FROM tollgate_usage_events u
-    WHERE ",
-    in_range!(),
+    WHERE u.account_id = $1
+      AND (u.occurred_at_floor_us, u.occurred_at_submicro_ns) >= ($",
+            $a,
+            "::int8, $",
+            $b,
+            "::int2)
+      AND (u.occurred_at_floor_us, u.occurred_at_submicro_ns) < ($",
+            $c,
+            "::int8, $",
+            $d,
+            "::int2)"
+        )
+    };
+}
+
+/// Units and event counts of the account $1 in a query's range by bucket
+/// and group, as decimal text (sums are `numeric`: they never wrap), read
+/// as the core's `HourlyPlan` says: the events of its head
+/// `[($2, $3), ($4, $5))` and its tail `[($6, $7), ($8, $9))`, instants as
+/// `(floor_us, submicro_ns)` pairs, and the hourly totals (migration 0025)
+/// of its whole hours `$13 <= hour < $14`, each in the bucket of its hour's
+/// start. One statement, so one snapshot: an event committed meanwhile is in
+/// all three parts or in none.
+pub(in crate::store) const USAGE_TOTALS_SQL: &str = concat!(
+    "SELECT g.bucket, g.group_key, sum(g.units)::text, sum(g.events)::text FROM (
+    ",
+    events_part!("2", "3", "4", "5"),
     "
+    UNION ALL
+    ",
+    events_part!("6", "7", "8", "9"),
+    "
+    UNION ALL
+    SELECT ",
+    bucket_of!("(h.hour * 3600000000)"),
+    " AS bucket, ",
+    group_key!("h.credential_id", "NULL::text", "h.leased", "h.dimensions"),
+    " AS group_key, h.units, h.events
+    FROM tollgate_usage_hourly h
+    WHERE h.account_id = $1 AND h.hour >= $13::int8 AND h.hour < $14::int8
 ) g GROUP BY g.bucket, g.group_key"
 );
 
