@@ -30,6 +30,17 @@ CREATE TABLE tollgate_usage_hourly (
     PRIMARY KEY (account_id, hour, credential_id, leased, dimensions_sha256)
 );
 
+-- The hour of an instant's microseconds, floor division before 1970 too
+-- (`%` truncates), and the key of a set of dimensions. The trigger, the
+-- backfill below and `tollgate check` (CHECK_USAGE_HOURLY_SQL) total events
+-- under these two, so all three agree on an event's row.
+CREATE FUNCTION tollgate_usage_hour(floor_us BIGINT) RETURNS BIGINT
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ SELECT (floor_us - (floor_us % 3600000000 + 3600000000) % 3600000000) / 3600000000 $$;
+CREATE FUNCTION tollgate_dimensions_sha256(dimensions JSONB) RETURNS BYTEA
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$ SELECT sha256(convert_to(dimensions::text, 'UTF8')) $$;
+
 -- Adds the statement's inserted events (the transition table `inserted`)
 -- to their hours. Rows are ordered by key, so two statements that add to
 -- the same rows take their row locks in one order. (Every writer of an
@@ -38,19 +49,12 @@ CREATE FUNCTION tollgate_usage_hourly_add() RETURNS trigger LANGUAGE plpgsql AS 
 BEGIN
     INSERT INTO tollgate_usage_hourly AS h
         (account_id, hour, credential_id, leased, dimensions_sha256, dimensions, units, events)
-    SELECT e.account_id, e.hour, e.credential_id, e.leased,
-           sha256(convert_to(e.dimensions::text, 'UTF8')) AS dimensions_sha256, e.dimensions,
-           sum(e.units), count(*)
-    FROM (
-        SELECT u.account_id,
-               (u.occurred_at_floor_us - (u.occurred_at_floor_us % 3600000000 + 3600000000) % 3600000000)
-                   / 3600000000 AS hour,
-               u.credential_id, u.lease_id IS NOT NULL AS leased,
-               coalesce(u.dimensions, '{}'::jsonb) AS dimensions, u.units
-        FROM inserted u
-    ) e
-    GROUP BY e.account_id, e.hour, e.credential_id, e.leased, e.dimensions
-    ORDER BY e.account_id, e.hour, e.credential_id, e.leased, dimensions_sha256
+    SELECT u.account_id, tollgate_usage_hour(u.occurred_at_floor_us), u.credential_id,
+           u.lease_id IS NOT NULL, tollgate_dimensions_sha256(coalesce(u.dimensions, '{}')),
+           coalesce(u.dimensions, '{}'), sum(u.units), count(*)
+    FROM inserted u
+    GROUP BY 1, 2, 3, 4, 5, 6
+    ORDER BY 1, 2, 3, 4, 5
     ON CONFLICT (account_id, hour, credential_id, leased, dimensions_sha256)
     DO UPDATE SET units = h.units + excluded.units, events = h.events + excluded.events;
     RETURN NULL;
@@ -71,14 +75,8 @@ CREATE TRIGGER tollgate_usage_hourly_add
 -- while ingestion waits (docs/upgrading.md).
 INSERT INTO tollgate_usage_hourly
     (account_id, hour, credential_id, leased, dimensions_sha256, dimensions, units, events)
-SELECT e.account_id, e.hour, e.credential_id, e.leased,
-       sha256(convert_to(e.dimensions::text, 'UTF8')), e.dimensions, sum(e.units), count(*)
-FROM (
-    SELECT u.account_id,
-           (u.occurred_at_floor_us - (u.occurred_at_floor_us % 3600000000 + 3600000000) % 3600000000)
-               / 3600000000 AS hour,
-           u.credential_id, u.lease_id IS NOT NULL AS leased,
-           coalesce(u.dimensions, '{}'::jsonb) AS dimensions, u.units
-    FROM tollgate_usage_events u
-) e
-GROUP BY e.account_id, e.hour, e.credential_id, e.leased, e.dimensions;
+SELECT u.account_id, tollgate_usage_hour(u.occurred_at_floor_us), u.credential_id,
+       u.lease_id IS NOT NULL, tollgate_dimensions_sha256(coalesce(u.dimensions, '{}')),
+       coalesce(u.dimensions, '{}'), sum(u.units), count(*)
+FROM tollgate_usage_events u
+GROUP BY 1, 2, 3, 4, 5, 6;

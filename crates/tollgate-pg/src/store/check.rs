@@ -15,6 +15,7 @@ use super::journal::journal_mismatches;
 use super::load::finish;
 use super::rows::AccountRow;
 use super::sql::{CHECK_ACCOUNTS_SQL, CHECK_LEASES_SQL, CHECK_SNAPSHOT_SQL, CHECK_USAGE_HOURLY_SQL, LEGACY_BOUNDS_SQL};
+use super::usage_queries::decimal;
 use crate::inspect;
 
 /// Accounts per page in `check`, which bounds its memory.
@@ -111,9 +112,6 @@ async fn usage_totals_mismatches(
         .fetch_all(&mut *conn)
         .await
         .map_err(storage_error)?;
-    let total = |text: &str| {
-        text.parse::<u128>().map_err(|_| corrupt(format!("usage total {text} is not a nonnegative 128-bit integer")))
-    };
     for (account_id, hour, credential_id, leased, dimensions, kept_units, kept_events, units, events) in rows {
         found.push(UsageTotalsMismatch {
             account_id,
@@ -121,8 +119,8 @@ async fn usage_totals_mismatches(
             credential_id,
             funding: if leased { "leased" } else { "overage" },
             dimensions,
-            kept: (total(&kept_units)?, total(&kept_events)?),
-            counted: (total(&units)?, total(&events)?),
+            kept: (decimal(&kept_units)?, decimal(&kept_events)?),
+            counted: (decimal(&units)?, decimal(&events)?),
         });
     }
     Ok(())

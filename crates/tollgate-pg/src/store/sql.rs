@@ -392,22 +392,17 @@ pub(super) const CHECK_LEASES_SQL: &str = "SELECT l.lease_id, l.account_id, l.gr
 /// The hourly usage totals of the accounts $1 (migration 0025) that differ
 /// from their events: each row's kept and counted units and events, a
 /// missing side as zeros, in key order, at most $2. The events are summed
-/// by the key the trigger that keeps the totals adds them under.
+/// under the key the trigger that keeps the totals adds them under (the
+/// migration's `tollgate_usage_hour` and `tollgate_dimensions_sha256`).
 pub(super) const CHECK_USAGE_HOURLY_SQL: &str = "
 WITH counted AS (
-    SELECT e.account_id, e.hour, e.credential_id, e.leased,
-           sha256(convert_to(e.dimensions::text, 'UTF8')) AS dimensions_sha256, e.dimensions,
-           sum(e.units) AS units, count(*) AS events
-    FROM (
-        SELECT u.account_id,
-               (u.occurred_at_floor_us - (u.occurred_at_floor_us % 3600000000 + 3600000000) % 3600000000)
-                   / 3600000000 AS hour,
-               u.credential_id, u.lease_id IS NOT NULL AS leased,
-               coalesce(u.dimensions, '{}'::jsonb) AS dimensions, u.units
-        FROM tollgate_usage_events u
-        WHERE u.account_id = ANY($1)
-    ) e
-    GROUP BY e.account_id, e.hour, e.credential_id, e.leased, e.dimensions
+    SELECT u.account_id, tollgate_usage_hour(u.occurred_at_floor_us) AS hour, u.credential_id,
+           u.lease_id IS NOT NULL AS leased,
+           tollgate_dimensions_sha256(coalesce(u.dimensions, '{}')) AS dimensions_sha256,
+           coalesce(u.dimensions, '{}') AS dimensions, sum(u.units) AS units, count(*) AS events
+    FROM tollgate_usage_events u
+    WHERE u.account_id = ANY($1)
+    GROUP BY 1, 2, 3, 4, 5, 6
 ), kept AS (
     SELECT h.account_id, h.hour, h.credential_id, h.leased, h.dimensions_sha256, h.dimensions, h.units, h.events
     FROM tollgate_usage_hourly h

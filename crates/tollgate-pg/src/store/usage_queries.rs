@@ -36,7 +36,7 @@ type TotalsRow = (i64, Option<String>, String, String);
 /// An exported event's columns.
 type EventRow = (String, String, i64, i64, i16, Option<String>, Option<i64>, Option<String>);
 
-fn decimal(text: &str) -> Result<u128, Error> {
+pub(super) fn decimal(text: &str) -> Result<u128, Error> {
     text.parse().map_err(|_| corrupt(format!("usage total {text} is not a nonnegative 128-bit integer")))
 }
 
