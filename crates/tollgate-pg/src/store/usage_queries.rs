@@ -70,16 +70,24 @@ impl Engine {
             GroupBy::Dimension(key) => ("dimension", Some(key.as_str())),
         };
         let mut statement = sqlx::query_as(USAGE_TOTALS_SQL).bind(account_id);
+        // An empty part is bound as NULLs, which its statement part tests
+        // first: planned for its values, the part is then no scan at all,
+        // where an empty range would still be estimated as rows to read.
         for (from, to) in [plan.head, plan.tail] {
-            let (from, to) = (InstantPair::encode(from), InstantPair::encode(to));
-            statement = statement.bind(from.floor_us).bind(from.submicro_ns).bind(to.floor_us).bind(to.submicro_ns);
+            let bounds = (from < to).then(|| (InstantPair::encode(from), InstantPair::encode(to)));
+            statement = statement
+                .bind(bounds.map(|(from, _)| from.floor_us))
+                .bind(bounds.map(|(from, _)| from.submicro_ns))
+                .bind(bounds.map(|(_, to)| to.floor_us))
+                .bind(bounds.map(|(_, to)| to.submicro_ns));
         }
+        let hours = (plan.hours.0 < plan.hours.1).then_some(plan.hours);
         let statement = statement
             .bind(query.window.map(|window| window.micros()))
             .bind(grouping)
             .bind(key)
-            .bind(plan.hours.0)
-            .bind(plan.hours.1);
+            .bind(hours.map(|(first, _)| first))
+            .bind(hours.map(|(_, end)| end));
         // One read-only transaction, so that the custom plans end with it.
         let mut tx = Tx::begin(&self.pool).await.map_err(storage_error)?;
         sqlx::query(CUSTOM_PLANS_SQL).execute(&mut *tx).await.map_err(storage_error)?;

@@ -67,7 +67,9 @@ macro_rules! events_part {
             group_key!("u.credential_id", "u.lease_id", "u.lease_id IS NOT NULL", "u.dimensions"),
             " AS group_key, u.units::numeric AS units, 1::int8 AS events
     FROM tollgate_usage_events u
-    WHERE u.account_id = $1
+    WHERE $",
+            $a,
+            "::int8 IS NOT NULL AND u.account_id = $1
       AND (u.occurred_at_floor_us, u.occurred_at_submicro_ns) >= ($",
             $a,
             "::int8, $",
@@ -88,7 +90,8 @@ macro_rules! events_part {
 /// `[($2, $3), ($4, $5))` and its tail `[($6, $7), ($8, $9))`, instants as
 /// `(floor_us, submicro_ns)` pairs, and the hourly totals (migration 0025)
 /// of its whole hours `$13 <= hour < $14`, each in the bucket of its hour's
-/// start. One statement, so one snapshot: an event committed meanwhile is in
+/// start; a part that is empty has NULL bounds ($2, $6 or $13 NULL) and
+/// reads nothing. One statement, so one snapshot: an event committed meanwhile is in
 /// all three parts or in none.
 pub(in crate::store) const USAGE_TOTALS_SQL: &str = concat!(
     "SELECT g.bucket, g.group_key, sum(g.units)::text, sum(g.events)::text FROM (
@@ -106,7 +109,7 @@ pub(in crate::store) const USAGE_TOTALS_SQL: &str = concat!(
     group_key!("h.credential_id", "NULL::text", "h.leased", "h.dimensions"),
     " AS group_key, h.units, h.events
     FROM tollgate_usage_hourly h
-    WHERE h.account_id = $1 AND h.hour >= $13::int8 AND h.hour < $14::int8
+    WHERE $13::int8 IS NOT NULL AND h.account_id = $1 AND h.hour >= $13::int8 AND h.hour < $14::int8
 ) g GROUP BY g.bucket, g.group_key"
 );
 
