@@ -6,8 +6,9 @@
 -- its active leases, of its credentials and of its credits, its alert rules,
 -- and the usage chart's totals by bucket and credential in a transaction
 -- planned for its values: the chart's range is whole hours, so the events
--- at its two ends are empty ranges and every hour is read from the hourly
--- totals (migration 0025, `UsageQuery::hourly_plan`). The account, the pages' bounds and the grouping
+-- at its two ends are empty parts, bound as NULLs (which the planner folds
+-- away), and every hour is read from the hourly totals (migration 0025,
+-- `UsageQuery::hourly_plan`). The account, the pages' bounds and the grouping
 -- are the bench's literals; the chart's window, which follows the clock, is
 -- given by `bench/run` as `-D from_us=… -D to_us=… -D width_us=…` from
 -- `tollgate-bench console-setup`. Run with `pgbench -M prepared -c 1` and
@@ -41,9 +42,9 @@ SELECT g.bucket, g.group_key, sum(g.units)::text, sum(g.events)::text FROM (
                 WHEN 'dimension' THEN u.dimensions ->> NULL::text END AS group_key,
            u.units::numeric AS units, 1::int8 AS events
     FROM tollgate_usage_events u
-    WHERE u.account_id = 'console-1'
-      AND (u.occurred_at_floor_us, u.occurred_at_submicro_ns) >= (:from_us::int8, 0::int2)
-      AND (u.occurred_at_floor_us, u.occurred_at_submicro_ns) < (:from_us::int8, 0::int2)
+    WHERE NULL::int8 IS NOT NULL AND u.account_id = 'console-1'
+      AND (u.occurred_at_floor_us, u.occurred_at_submicro_ns) >= (NULL::int8, NULL::int2)
+      AND (u.occurred_at_floor_us, u.occurred_at_submicro_ns) < (NULL::int8, NULL::int2)
     UNION ALL
     SELECT CASE WHEN :width_us::int8 IS NULL THEN 0::int8
                 ELSE (u.occurred_at_floor_us - (u.occurred_at_floor_us % :width_us::int8 + :width_us::int8) % :width_us::int8) / :width_us::int8
@@ -53,9 +54,9 @@ SELECT g.bucket, g.group_key, sum(g.units)::text, sum(g.events)::text FROM (
                 WHEN 'dimension' THEN u.dimensions ->> NULL::text END AS group_key,
            u.units::numeric AS units, 1::int8 AS events
     FROM tollgate_usage_events u
-    WHERE u.account_id = 'console-1'
-      AND (u.occurred_at_floor_us, u.occurred_at_submicro_ns) >= (:to_us::int8, 0::int2)
-      AND (u.occurred_at_floor_us, u.occurred_at_submicro_ns) < (:to_us::int8, 0::int2)
+    WHERE NULL::int8 IS NOT NULL AND u.account_id = 'console-1'
+      AND (u.occurred_at_floor_us, u.occurred_at_submicro_ns) >= (NULL::int8, NULL::int2)
+      AND (u.occurred_at_floor_us, u.occurred_at_submicro_ns) < (NULL::int8, NULL::int2)
     UNION ALL
     SELECT CASE WHEN :width_us::int8 IS NULL THEN 0::int8
                 ELSE ((h.hour * 3600000000) - ((h.hour * 3600000000) % :width_us::int8 + :width_us::int8) % :width_us::int8) / :width_us::int8
@@ -65,6 +66,7 @@ SELECT g.bucket, g.group_key, sum(g.units)::text, sum(g.events)::text FROM (
                 WHEN 'dimension' THEN h.dimensions ->> NULL::text END AS group_key,
            h.units, h.events
     FROM tollgate_usage_hourly h
-    WHERE h.account_id = 'console-1' AND h.hour >= :from_us::int8 / 3600000000 AND h.hour < :to_us::int8 / 3600000000
+    WHERE (:from_us::int8 / 3600000000) IS NOT NULL AND h.account_id = 'console-1'
+      AND h.hour >= :from_us::int8 / 3600000000 AND h.hour < :to_us::int8 / 3600000000
 ) g GROUP BY g.bucket, g.group_key;
 COMMIT;

@@ -36,15 +36,25 @@ fn first_page() -> PageRequest {
 }
 
 /// Reads the account page's sections: the same store calls as the JSON
-/// routes' account, listings, alert rules and usage query.
+/// routes' account, listings, alert rules and usage query. They are
+/// independent reads, each its own statement (and so its own snapshot)
+/// whether awaited in turn or not, so they run concurrently: the page
+/// waits for the slowest, not for their sum. Their results are then taken
+/// in a fixed order, so that a page failing on several reports the same
+/// error every time.
 async fn read(state: &AppState, account_id: &str, choice: &usage::Choice) -> Result<Sections, tollgate_core::Error> {
-    let store = state.store();
-    let account = store.account(account_id).await?;
-    let leases = store.list_leases(account_id, LeaseFilter::State(LeaseState::Active), &first_page()).await?;
-    let credentials = store.list_credentials(account_id, &first_page()).await?;
-    let credits = store.list_credits(account_id, &first_page()).await?;
-    let rules = store.alert_rules(account_id).await?;
-    let usage = usage::read(state, account_id, choice, &credentials.items).await?;
+    let (store, page) = (state.store(), first_page());
+    let (account, leases, credentials, credits, rules, usage) = tokio::join!(
+        store.account(account_id),
+        store.list_leases(account_id, LeaseFilter::State(LeaseState::Active), &page),
+        store.list_credentials(account_id, &page),
+        store.list_credits(account_id, &page),
+        store.alert_rules(account_id),
+        usage::read(state, account_id, choice),
+    );
+    let (account, leases, credentials, credits, rules, report) =
+        (account?, leases?, credentials?, credits?, rules?, usage?);
+    let usage = UsageView::new(report, choice, &credentials.items);
     Ok(Sections {
         account,
         more_leases: leases.next_cursor.is_some(),

@@ -74,16 +74,22 @@ pub(crate) async fn read(
     state: &AppState,
     account_id: &str,
     choice: &Choice,
-    credentials: &[Credential],
-) -> Result<UsageView, tollgate_core::Error> {
+) -> Result<UsageReport, tollgate_core::Error> {
     let query = choice.query(state.now())?;
-    let report = state.store().usage(account_id, &query).await?;
-    let mut keys: Vec<Option<String>> =
-        report.buckets.iter().flat_map(|bucket| bucket.groups.iter().map(|group| group.key.clone())).collect();
-    keys.sort();
-    keys.dedup();
-    let names = keys.iter().map(|key| series_name(key.as_deref(), &choice.group_by, credentials)).collect();
-    Ok(UsageView { report, keys, names })
+    state.store().usage(account_id, &query).await
+}
+
+impl UsageView {
+    /// The chart of `report`, its series named from the account's
+    /// `credentials` when grouped by credential.
+    pub(crate) fn new(report: UsageReport, choice: &Choice, credentials: &[Credential]) -> UsageView {
+        let mut keys: Vec<Option<String>> =
+            report.buckets.iter().flat_map(|bucket| bucket.groups.iter().map(|group| group.key.clone())).collect();
+        keys.sort();
+        keys.dedup();
+        let names = keys.iter().map(|key| series_name(key.as_deref(), &choice.group_by, credentials)).collect();
+        UsageView { report, keys, names }
+    }
 }
 
 fn series_name(key: Option<&str>, group_by: &GroupBy, credentials: &[Credential]) -> String {
