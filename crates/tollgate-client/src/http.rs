@@ -21,12 +21,13 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tollgate_api::{
     AccountBody, AcquireRequest, CheckBody, ConsolidateRequest, ConsolidateResponse, CreateAccountRequest,
-    CreateCredentialRequest, CredentialBody, CreditRequest, ErrorBody, HealthBody, IngestRequest, IngestResponse,
+    CreateCredentialRequest, CredentialBody, CreditRequest, HealthBody, IngestRequest, IngestResponse,
     IssuedCredentialBody, LeaseBody, LeaseHandleBody, ReadyBody, ReclaimResponse, ReleaseRequest, ReleaseResponse,
     UsageEventBody, VerifyRequest, VerifyResponse,
 };
 use tollgate_core::{Secret, UsageEvent};
 
+mod error;
 mod journal;
 mod listings;
 mod usage;
@@ -37,6 +38,9 @@ pub use usage_queries::{NdjsonEvents, UsageEventPages, UsageQueryParams};
 pub use listings::{PageQuery, Pages};
 
 pub use usage::UNRECOGNISED_REASON;
+
+use error::snippet;
+pub use error::{ClientBuildError, ClientError, ClientErrorKind};
 
 /// Where the server is, how to authenticate, and how long to wait.
 #[derive(Debug, Clone)]
@@ -96,133 +100,6 @@ impl ClientConfig {
             mutation_backoff_initial: Duration::from_millis(100),
         }
     }
-}
-
-/// Why a client could not be built.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientBuildError {
-    #[error("base URL {url:?} is not an http(s) URL: {reason}")]
-    InvalidBaseUrl { url: String, reason: String },
-    #[error("operator token is not a valid header value")]
-    InvalidToken,
-    #[error("mutation_attempts_max must be 1 to {MUTATION_ATTEMPTS_MAX} and mutation_backoff_initial at most 10 s")]
-    InvalidMutationRetry,
-    #[error("the HTTP client could not be built: {0}")]
-    Http(#[from] reqwest::Error),
-}
-
-/// What kind of failure a [`ClientError`] is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClientErrorKind {
-    /// The server answered with an error body; `code` is its stable code.
-    Api,
-    /// No connection could be made (refused, unreachable, DNS).
-    Connect,
-    /// The request did not finish within `request_timeout`. The server may
-    /// still have processed it.
-    Timeout,
-    /// The connection broke during the exchange. The server may have
-    /// processed the request.
-    Transport,
-    /// The server answered something that is not the documented body.
-    InvalidResponse,
-}
-
-/// A failed request. `code` is the server's stable code for API errors, and
-/// one of `connect_failed`, `timeout`, `transport_failed` or
-/// `invalid_response` otherwise.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{code}{}: {message}", status.map(|s| format!(" (HTTP {s})")).unwrap_or_default())]
-pub struct ClientError {
-    pub kind: ClientErrorKind,
-    /// The HTTP status, when a response arrived.
-    pub status: Option<u16>,
-    pub code: String,
-    pub message: String,
-    /// Whether sending the same request again can succeed.
-    pub retryable: bool,
-}
-
-impl ClientError {
-    pub fn code(&self) -> &str {
-        &self.code
-    }
-
-    pub fn retryable(&self) -> bool {
-        self.retryable
-    }
-
-    pub fn status(&self) -> Option<u16> {
-        self.status
-    }
-
-    fn without_response(kind: ClientErrorKind, code: &str, message: String) -> Self {
-        Self { kind, status: None, code: code.to_owned(), message, retryable: true }
-    }
-
-    fn of_reqwest(error: &reqwest::Error) -> Self {
-        let message = error_chain(error);
-        if error.is_timeout() {
-            Self::without_response(ClientErrorKind::Timeout, "timeout", message)
-        } else if error.is_connect() {
-            Self::without_response(ClientErrorKind::Connect, "connect_failed", message)
-        } else if error.is_decode() {
-            let status = error.status().map(|s| s.as_u16());
-            Self {
-                kind: ClientErrorKind::InvalidResponse,
-                status,
-                code: "invalid_response".into(),
-                message,
-                retryable: true,
-            }
-        } else {
-            Self::without_response(ClientErrorKind::Transport, "transport_failed", message)
-        }
-    }
-
-    /// An error response: the documented error body when there is one.
-    fn of_response(status: StatusCode, body: &[u8]) -> Self {
-        match serde_json::from_slice::<ErrorBody>(body) {
-            Ok(ErrorBody { error }) => Self {
-                kind: ClientErrorKind::Api,
-                status: Some(status.as_u16()),
-                code: error.code,
-                message: error.message,
-                retryable: error.retryable,
-            },
-            // Not Tollgate's body: a proxy or load balancer answered. Its 5xx,
-            // 408 and 429 are worth retrying; anything else will not change.
-            Err(_) => Self {
-                kind: ClientErrorKind::InvalidResponse,
-                status: Some(status.as_u16()),
-                code: "invalid_response".into(),
-                message: format!("HTTP {status} without an error body: {}", snippet(body)),
-                retryable: status.is_server_error()
-                    || status == StatusCode::TOO_MANY_REQUESTS
-                    || status == StatusCode::REQUEST_TIMEOUT,
-            },
-        }
-    }
-}
-
-/// The first bytes of a body, for error messages.
-fn snippet(body: &[u8]) -> String {
-    const SNIPPET_BYTES_MAX: usize = 200;
-    let text = String::from_utf8_lossy(&body[..body.len().min(SNIPPET_BYTES_MAX)]);
-    text.into_owned()
-}
-
-/// reqwest's `Display` names only the outermost error; the cause (connection
-/// refused, reset by peer) is what an operator needs.
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
 }
 
 /// A credit's result: the account afterwards, and whether this call created

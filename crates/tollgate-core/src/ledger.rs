@@ -177,6 +177,53 @@ pub fn settle(granted: u64, used: u64) -> Settlement {
     Settlement { charged, returned: granted - charged, excess: used - charged }
 }
 
+/// What settling a lease does to its account's counters, as data: counter
+/// `i` (in `COUNTER_NAMES` order) changes by
+/// `granted × granted[i] + used × used[i] + min(granted, used) × least[i]`.
+///
+/// It is the change `release` and `reclaim` make (`settled_account`), written
+/// so that a store can apply many settlements at once without a copy of the
+/// rule: PostgreSQL's reclaim pass binds these three arrays and evaluates
+/// them over the sums of a pass's leases (`RECLAIM_DUE_SQL` in
+/// `tollgate-pg`). Two properties make the sum exact, and
+/// `settlement_terms_are_the_settlement` holds the core to both:
+///
+/// - for every lease, `account + change` is what `settled_account` makes of
+///   the account, and `settled_account` refuses exactly when some counter
+///   would leave its domain;
+/// - each counter moves in one direction only, whatever the lease (`reserved`
+///   down, the others up or not at all), so the sum of a pass's changes is in
+///   range exactly when each step on the way is, in any order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SettlementTerms {
+    pub granted: [i64; COUNTERS],
+    pub used: [i64; COUNTERS],
+    pub least: [i64; COUNTERS],
+}
+
+/// The settlement's terms: `available` gets back `granted - charged`,
+/// `reserved` gives up `granted`, `consumed` takes `charged` and `overage`
+/// `used - charged`, where `charged = min(granted, used)` (`settle`).
+pub const SETTLEMENT_TERMS: SettlementTerms = SettlementTerms {
+    // credited, available, reserved, consumed, overage, billed, next_fence
+    granted: [0, 1, -1, 0, 0, 0, 0],
+    used: [0, 0, 0, 0, 1, 0, 0],
+    least: [0, -1, 0, 1, -1, 0, 0],
+};
+
+impl SettlementTerms {
+    /// The change to each counter of settling a lease of `granted` units that
+    /// used `used`, in `COUNTER_NAMES` order. `i128` holds every term and sum
+    /// of `u64` values times small coefficients.
+    pub fn change(&self, granted: u64, used: u64) -> [i128; COUNTERS] {
+        let (granted, used) = (i128::from(granted), i128::from(used));
+        let least = granted.min(used);
+        std::array::from_fn(|i| {
+            granted * i128::from(self.granted[i]) + used * i128::from(self.used[i]) + least * i128::from(self.least[i])
+        })
+    }
+}
+
 /// Grants a new lease of `units` from `available`.
 pub fn acquire(
     account: &mut Account,
@@ -815,5 +862,54 @@ mod tests {
         assert!(!c.is_revoked_at(at(9)));
         assert!(c.is_revoked_at(at(10)));
         assert!(c.is_revoked_at(at(11)));
+    }
+
+    /// A value near either end of `u64`, or anywhere: settlements overflow
+    /// only near the top, and refuse near zero.
+    fn units() -> impl proptest::strategy::Strategy<Value = u64> {
+        use proptest::prelude::*;
+        prop_oneof![
+            0u64..100,
+            (i64::MAX as u64 - 100)..=(i64::MAX as u64 + 100),
+            (u64::MAX - 100)..=u64::MAX,
+            any::<u64>()
+        ]
+    }
+
+    proptest::proptest! {
+        /// `SETTLEMENT_TERMS` is `settled_account`: the account it makes, or
+        /// its refusal exactly when a counter would leave the domain; and
+        /// each counter moves the same way for every lease.
+        #[test]
+        fn settlement_terms_are_the_settlement(
+            counters in proptest::array::uniform7(units()),
+            (granted, used) in (units(), units()),
+            (other_granted, other_used) in (units(), units()),
+            domain in proptest::prop_oneof![proptest::strategy::Just(D), proptest::strategy::Just(UnitDomain::I64)],
+        ) {
+            // An account holds counters of its store's domain only.
+            let counters = counters.map(|counter| counter.min(domain.max()));
+            let account = Account::with_counters("a".into(), counters);
+            let lease = lease(granted, used, LeaseState::Active, 0);
+            let change = SETTLEMENT_TERMS.change(granted, used);
+            let expected: Option<Vec<u64>> = counters
+                .iter()
+                .zip(change)
+                .map(|(&counter, delta)| {
+                    u64::try_from(i128::from(counter) + delta).ok().filter(|&value| domain.contains(value))
+                })
+                .collect();
+            match settled_account(&account, &lease, domain) {
+                Ok((next, settlement)) => {
+                    proptest::prop_assert_eq!(Some(next.counters().to_vec()), expected);
+                    proptest::prop_assert_eq!(settlement, settle(granted, used));
+                }
+                Err(_) => proptest::prop_assert_eq!(expected, None),
+            }
+            let other = SETTLEMENT_TERMS.change(other_granted, other_used);
+            for (counter, (a, b)) in COUNTER_NAMES.iter().zip(change.into_iter().zip(other)) {
+                proptest::prop_assert!(a.signum() * b.signum() >= 0, "{counter} moves both ways: {a} and {b}");
+            }
+        }
     }
 }

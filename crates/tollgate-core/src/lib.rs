@@ -27,8 +27,8 @@ pub use error::{Error, ErrorKind, IngestError};
 pub use ids::validate_id;
 pub use journal::{Change, Deltas, Entry, EntryIds, EntryKind, ReplayError};
 pub use ledger::{
-    Account, Balances, COUNTER_NAMES, COUNTERS, Credential, Equation, Grant, Lease, LeaseState, Settlement, Violation,
-    check_balances, check_conservation, settle,
+    Account, Balances, COUNTER_NAMES, COUNTERS, Credential, Equation, Grant, Lease, LeaseState, SETTLEMENT_TERMS,
+    Settlement, SettlementTerms, Violation, check_balances, check_conservation, settle,
 };
 pub use listings::{CreditEntry, LeaseFilter, Listing, PageRequest};
 pub use page::{Page, PageLimit, Scope, Start};

@@ -43,6 +43,7 @@ pub(super) struct Guesses {
 #[derive(Default)]
 struct Probe {
     unwritten: AtomicU64,
+    declined_reclaims: AtomicU64,
     release_pause: Mutex<Option<std::sync::Arc<ReleasePause>>>,
 }
 
@@ -106,6 +107,12 @@ impl Guesses {
         self.fallbacks[operation.index()].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts a reclaim statement that declined its pass (`reclaim.rs`).
+    pub(super) fn count_declined_reclaim(&self) {
+        #[cfg(feature = "testing")]
+        self.probe.declined_reclaims.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(super) fn counts(&self) -> UnlockedCounts {
         fn load(counts: &PerOperation) -> impl Fn(UnlockedOperation) -> u64 + '_ {
             |operation| counts[operation.index()].load(Ordering::Relaxed)
@@ -140,6 +147,12 @@ impl super::PostgresStore {
     /// Unlocked writes so far that found their rows changed and wrote nothing.
     pub fn unwritten_writes(&self) -> u64 {
         self.engine.guesses.probe.unwritten.load(Ordering::Relaxed)
+    }
+
+    /// Reclaim statements so far that declined their pass (a row that does
+    /// not decode, a counter out of range) and left it to the unlocked path.
+    pub fn declined_reclaims(&self) -> u64 {
+        self.engine.guesses.probe.declined_reclaims.load(Ordering::Relaxed)
     }
 
     /// Holds the next release that reads its rows (rather than deciding on

@@ -45,6 +45,7 @@ mod load;
 mod locking;
 mod outbox;
 mod persist;
+mod reclaim;
 mod rows;
 mod settings;
 mod sql;
@@ -310,13 +311,7 @@ impl Store for Engine {
         let Some(cutoff) = cutoff.map(InstantPair::encode) else {
             return Ok(ReclaimReport { limit, ..ReclaimReport::default() });
         };
-        if let Attempt::Done(report) = self.reclaim_unlocked(now, cutoff, limit).await? {
-            return Ok(report);
-        }
-        self.guesses.count_fallback(UnlockedOperation::Reclaim);
-        let mut tx = self.begin().await?;
-        let result = self.reclaim_locking(&mut tx, now, cutoff, limit).await;
-        finish(tx, result).await
+        self.reclaim_pass(now, cutoff, limit).await
     }
 
     async fn lease_summary(&self, now: Timestamp) -> Result<LeaseSummary, Error> {

@@ -115,6 +115,45 @@ macro_rules! credential_columns {
     };
 }
 
+/// Whether the lease row `$p` (a table alias and dot) decodes: the
+/// conditions of `LeaseRow::decode` (`rows.rs`), as SQL, for a statement that
+/// settles leases without sending them to the client first. `$floor_min` and
+/// `$floor_max` are the parameters bound to the core's `FLOOR_US_MIN` and
+/// `FLOOR_US_MAX`. A lease row with any other state than `active` is never
+/// read by such a statement. `tests/pg/store.rs` breaks a due lease in each
+/// way `decode` refuses and holds such a pass to the same report.
+macro_rules! lease_decodes {
+    ($p:literal, $floor_min:literal, $floor_max:literal) => {
+        concat!(
+            "(",
+            $p,
+            "fencing_token > 0 AND ",
+            $p,
+            "granted >= 0 AND ",
+            $p,
+            "used >= 0 AND octet_length(",
+            $p,
+            "capability_hash) = 32 AND ",
+            $p,
+            "expiry_submicro_ns BETWEEN 0 AND 999 AND ",
+            $p,
+            "expiry_floor_us BETWEEN ",
+            $floor_min,
+            " AND ",
+            $floor_max,
+            ")"
+        )
+    };
+}
+
+/// Whether the account row `$p` decodes: `AccountRow::decode`'s conditions,
+/// as SQL (every counter nonnegative, `next_fence` positive).
+macro_rules! account_decodes {
+    ($p:literal) => {
+        concat!("(least(", counters!($p), ") >= 0 AND ", $p, "next_fence > 0)")
+    };
+}
+
 /// A lease with its account, for the reads that settle it.
 macro_rules! held_lease_select {
     () => {
@@ -488,7 +527,7 @@ pub(super) const PURGE_KEYS_SQL: &str = "DELETE FROM tollgate_idempotency_keys k
 #[macro_use]
 mod journal;
 pub(super) use journal::{
-    ACQUIRE_IF_UNCHANGED_SQL, CHECK_JOURNAL_SQL, CREDIT_SQL, PERSIST_SQL, READ_JOURNAL_SQL,
+    ACQUIRE_IF_UNCHANGED_SQL, CHECK_JOURNAL_SQL, CREDIT_SQL, PERSIST_SQL, READ_JOURNAL_SQL, RECLAIM_DUE_SQL,
     RELEASE_GUESSED_IF_UNCHANGED_SQL, RELEASE_READ_IF_UNCHANGED_SQL, SETTLE_IF_UNCHANGED_SQL,
 };
 

@@ -98,7 +98,7 @@ struct Settling {
 }
 
 /// When an unlocked write ran, as its journal entry records it.
-fn journal_at(now: Timestamp) -> InstantPair {
+pub(super) fn journal_at(now: Timestamp) -> InstantPair {
     InstantPair::encode(now)
 }
 
@@ -312,17 +312,17 @@ impl Engine {
         }
     }
 
-    /// One reclaim pass. Leases that changed since the read, or whose account
-    /// is busy, stay due for a later pass; `Conflict` only when PostgreSQL
-    /// refused the write's ranges.
+    /// One reclaim pass on `conn`. Leases that changed since the read, or
+    /// whose account is busy, stay due for a later pass; `Conflict` only when
+    /// PostgreSQL refused the write's ranges.
     pub(super) async fn reclaim_unlocked(
         &self,
+        conn: &mut PgConnection,
         now: Timestamp,
         cutoff: InstantPair,
         limit: u32,
     ) -> Result<Attempt<ReclaimReport>, Error> {
-        let mut conn = self.pool.acquire().await.map_err(storage_error)?;
-        let (mut due, mut skipped) = read_due(&mut conn, cutoff, limit).await?;
+        let (mut due, mut skipped) = read_due(conn, cutoff, limit).await?;
         let mut accounts = due.accounts;
         due.leases.sort_by(|a, b| (&a.account_id, &a.lease_id).cmp(&(&b.account_id, &b.lease_id)));
 
@@ -354,7 +354,7 @@ impl Engine {
         if settling.is_empty() {
             return Ok(Attempt::Done(ReclaimReport { reclaimed, skipped, limit }));
         }
-        let Some(settled) = settle_if_unchanged(&mut conn, &settling, now).await? else {
+        let Some(settled) = settle_if_unchanged(conn, &settling, now).await? else {
             return Ok(Attempt::Conflict);
         };
         reclaimed.retain(|r| settled.contains(&r.lease_id));
@@ -367,7 +367,7 @@ impl Engine {
 
 /// How many of the most overdue leases a pass looks at first to choose its
 /// accounts (`READ_DUE_SQL`'s $4), when its bound is larger.
-const DUE_HEADS_FIRST: u32 = 64;
+pub(super) const DUE_HEADS_FIRST: u32 = 64;
 
 /// The due leases of one pass (`READ_DUE_SQL`), decoded, with their accounts,
 /// and the leases skipped because a row did not decode. It reads the bound's

@@ -15,6 +15,7 @@ mod lease_summary_index;
 mod migrations;
 mod outbox;
 mod partitioning;
+mod reclaim;
 mod schema;
 mod store;
 mod upgrade_0015_0016;

@@ -42,6 +42,10 @@ const RECLAIM_SCAN: &str = "the reclaim worker finds the most overdue leases of 
      order, and then reads each of their accounts' due leases by account (ReclaimPass::accounts); what \
      it settles is locked and written grouped by account (LOCK_DUE_SQL, SETTLE_IF_UNCHANGED_SQL, \
      PERSIST_SQL)";
+const RECLAIM_PASS: &str = "the reclaim worker's pass in one statement is RECLAIM_SCAN's read and \
+     SETTLE_IF_UNCHANGED_SQL's write together: it finds the most overdue leases of every account, then \
+     reads, locks, settles and journals by the accounts those leases name; a deployment whose engine \
+     cannot run it across shards runs it per shard group (docs/scaling.md)";
 const LEASE_SUMMARY: &str = "the fleet's lease summary counts the active and due leases of every \
      account, an operator's and monitor's read of the whole fleet; it reads active leases only, through \
      the partial index tollgate_leases_active_expiry (tests/pg/lease_summary_index.rs), never the settled \
@@ -160,6 +164,7 @@ fn classification() -> BTreeMap<&'static str, Class> {
                 ],
             },
         ),
+        ("RECLAIM_DUE_SQL", Global { why: RECLAIM_PASS }),
         ("CHECK_ACCOUNTS_SQL", Global { why: CHECK }),
         ("CHECK_LEASES_SQL", Global { why: CHECK }),
         ("CHECK_USAGE_HOURLY_SQL", Global { why: CHECK }),

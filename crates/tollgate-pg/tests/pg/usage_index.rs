@@ -85,30 +85,58 @@ fn relation_names(plan: &Value, out: &mut Vec<String>) {
 }
 
 /// A query of whole hours has no partial hour at either end: the store binds
-/// those parts' bounds as NULL, and planned for its values, as the store
-/// plans the totals, the statement reads the hourly totals alone. (An empty
-/// range of events, planned the same way, was still a scan the planner
-/// could estimate as many rows, enough to choose a parallel plan.)
+/// those parts' bounds as NULL and sends the statement as the pool's
+/// connections plan it, generically. Run so, the statement reads the hourly
+/// totals alone: every node over the events is gated by its part's NULL
+/// bounds and never runs. Planned for its values it reads no event either,
+/// and its plan names only the totals. (An empty range of events, planned for
+/// its values, was still a scan the planner could estimate as many rows,
+/// enough to choose a parallel plan.)
 #[tokio::test]
 async fn usage_totals_of_whole_hours_read_no_event() {
     let db = TestDb::create_migrated().await;
     sqlx::raw_sql(POPULATE).execute(db.pool()).await.expect("populate");
     let mut conn = PgConnection::connect_with(&db.connect_options()).await.expect("connection");
-    sqlx::raw_sql("SET plan_cache_mode = force_custom_plan").execute(&mut conn).await.expect("custom plans");
     let statements: std::collections::BTreeMap<&str, &str> = store_statements().iter().copied().collect();
     let prepare = format!(
         "PREPARE s (text, int8, int2, int8, int2, int8, int2, int8, int2, int8, text, text, int8, int8) AS {}",
         statements["USAGE_TOTALS_SQL"]
     );
     sqlx::raw_sql(sqlx::AssertSqlSafe(prepare)).execute(&mut conn).await.expect("prepare");
-    let day = "EXPLAIN (FORMAT JSON) EXECUTE s ('acct-7', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, \
+    let day = "EXECUTE s ('acct-7', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, \
                3600000000, 'dimension', 'model', 0, 24)";
-    let row = sqlx::raw_sql(day).fetch_one(&mut conn).await.expect("explain");
-    let text = row.try_get_raw(0).expect("plan").as_str().expect("plan text").to_owned();
-    let json: Value = serde_json::from_str(&text).expect("plan JSON");
+
+    sqlx::raw_sql("SET plan_cache_mode = force_generic_plan").execute(&mut conn).await.expect("generic plans");
+    let json = explain(&mut conn, &format!("EXPLAIN (ANALYZE, FORMAT JSON) {day}")).await;
+    let mut run = Vec::new();
+    relations_run(&json[0]["Plan"], &mut run);
+    assert_eq!(run, ["tollgate_usage_hourly"], "generic: {json}");
+
+    sqlx::raw_sql("SET plan_cache_mode = force_custom_plan").execute(&mut conn).await.expect("custom plans");
+    let json = explain(&mut conn, &format!("EXPLAIN (FORMAT JSON) {day}")).await;
     let mut relations = Vec::new();
     relation_names(&json[0]["Plan"], &mut relations);
-    assert_eq!(relations, ["tollgate_usage_hourly"], "{text}");
+    assert_eq!(relations, ["tollgate_usage_hourly"], "custom: {json}");
     drop(conn);
     db.drop_now().await;
+}
+
+async fn explain(conn: &mut PgConnection, sql: &str) -> Value {
+    let row = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned())).fetch_one(conn).await.expect("explain");
+    let text = row.try_get_raw(0).expect("plan").as_str().expect("plan text").to_owned();
+    serde_json::from_str(&text).expect("plan JSON")
+}
+
+/// The relations of the nodes under `plan` that ran (`Actual Loops` above
+/// zero), in plan order.
+fn relations_run(plan: &Value, out: &mut Vec<String>) {
+    if plan["Actual Loops"].as_u64().unwrap_or(0) == 0 {
+        return;
+    }
+    if let Some(name) = plan["Relation Name"].as_str() {
+        out.push(name.to_owned());
+    }
+    for child in plan["Plans"].as_array().into_iter().flatten() {
+        relations_run(child, out);
+    }
 }

@@ -314,6 +314,120 @@ WITH listed AS (
 SELECT s.lease_id FROM settled AS s"
 );
 
+/// One reclaim pass in one statement, for a pass whose rows all decode: it
+/// chooses the due leases as `READ_DUE_SQL` does (cutoff $1, $2; at most $3;
+/// accounts from the $4 most overdue), locks their accounts in `account_id`
+/// order without waiting, and, if every lease it chose and every account it
+/// locked decodes (`lease_decodes!`, `account_decodes!`; $10, $11 bound to
+/// the core's `FLOOR_US_MIN`, `FLOOR_US_MAX`), settles the leases of the
+/// accounts it holds that are still active and due, adds each account's
+/// change and writes its `reclaim` journal entry at ($5, $6). Otherwise it
+/// writes nothing, and the pass reads and decides in the client (`decodes`
+/// is false).
+///
+/// The change is the core's `SETTLEMENT_TERMS` ($7, $8, $9: the `granted`,
+/// `used` and `least` arrays, in `COUNTER_NAMES` order), evaluated over the
+/// sums of each account's settled leases: each counter moves one way for
+/// every lease, so the sum is in range exactly when each lease's step would
+/// be, and a counter that would leave `BIGINT` or go negative fails the
+/// statement as a whole (nothing is written; the pass then runs in the
+/// client, where the core names the lease). A lease is settled with the
+/// `granted` and `used` of the row version it updates, which are returned
+/// for the report. The lock argument is `SETTLE_IF_UNCHANGED_SQL`'s.
+///
+/// Returns one row per account it settled leases of, in account order, with
+/// their ids, `granted` and `used` (three lists in one order, that of the
+/// aggregate's input), each row with how many
+/// leases were considered and read (`considered`, `due`) and the verdict;
+/// one row of NULL accounts when none was settled.
+pub(in crate::store) const RECLAIM_DUE_SQL: &str = concat!(
+    "
+WITH most_overdue AS (
+    SELECT l.account_id,
+        row_number() OVER (ORDER BY l.expiry_floor_us, l.expiry_submicro_ns, l.lease_id) AS n
+    FROM tollgate_leases AS l
+    WHERE l.state = 'active' AND (l.expiry_floor_us, l.expiry_submicro_ns) <= ($1, $2)
+    ORDER BY l.expiry_floor_us, l.expiry_submicro_ns, l.lease_id
+    LIMIT $4
+), heads AS (
+    SELECT m.account_id, min(m.n) AS first
+    FROM most_overdue AS m
+    GROUP BY m.account_id
+    ORDER BY first
+), due AS (
+    SELECT l.row_table, l.row_id, l.account_id, ",
+    lease_decodes!("l.", "$10", "$11"),
+    " AS decodes
+    FROM heads AS h
+    CROSS JOIN LATERAL (
+        SELECT d.tableoid AS row_table, d.ctid AS row_id, d.*
+        FROM tollgate_leases AS d
+        WHERE d.account_id = h.account_id AND d.state = 'active'
+          AND (d.expiry_floor_us, d.expiry_submicro_ns) <= ($1, $2)
+        ORDER BY d.expiry_floor_us, d.expiry_submicro_ns, d.lease_id
+        LIMIT $3
+    ) AS l
+    ORDER BY h.first, l.expiry_floor_us, l.expiry_submicro_ns, l.lease_id
+    LIMIT $3
+), locked AS (
+    SELECT a.account_id, ",
+    account_decodes!("a."),
+    " AS decodes
+    FROM tollgate_accounts AS a
+    WHERE a.account_id = ANY(ARRAY(SELECT DISTINCT d.account_id FROM due AS d))
+    ORDER BY a.account_id
+    FOR NO KEY UPDATE OF a SKIP LOCKED
+), verdict AS (
+    SELECT (SELECT count(*) FROM most_overdue) AS considered, (SELECT count(*) FROM due) AS due,
+        coalesce((SELECT bool_and(d.decodes) FROM due AS d), true)
+            AND coalesce((SELECT bool_and(x.decodes) FROM locked AS x), true) AS decodes,
+        ARRAY(SELECT x.account_id FROM locked AS x) AS locked
+), settled AS (
+    UPDATE tollgate_leases AS l
+    SET state = 'reclaimed', settled_at = now()
+    FROM verdict AS v, due AS d
+    WHERE v.decodes AND d.account_id = ANY(v.locked)
+      AND l.tableoid = d.row_table AND l.ctid = d.row_id AND l.account_id = d.account_id
+      AND l.state = 'active' AND (l.expiry_floor_us, l.expiry_submicro_ns) <= ($1, $2)
+    RETURNING l.account_id, l.lease_id, l.granted, l.used
+), totals AS (
+    SELECT s.account_id, sum(s.granted) AS granted, sum(s.used) AS used,
+        sum(least(s.granted, s.used)) AS least, array_agg(s.lease_id ORDER BY s.lease_id) AS leases,
+        array_agg(s.lease_id) AS lease_each, array_agg(s.granted) AS granted_each, array_agg(s.used) AS used_each
+    FROM settled AS s
+    GROUP BY s.account_id
+), changes AS (
+    SELECT t.account_id, t.leases,
+        ARRAY(
+            SELECT (t.granted * c.granted + t.used * c.used + t.least * c.least)::int8
+            FROM unnest($7::int8[], $8::int8[], $9::int8[]) WITH ORDINALITY AS c(granted, used, least, i)
+            ORDER BY c.i
+        ) AS delta
+    FROM totals AS t
+), accounts AS (
+    UPDATE tollgate_accounts AS a
+    SET ",
+    add_elements!("c.delta"),
+    ", journal_seq = a.journal_seq + 1
+    FROM changes AS c
+    WHERE a.account_id = c.account_id
+    RETURNING a.account_id, a.journal_seq
+), journal AS (
+    INSERT INTO tollgate_journal (",
+    journal_columns!(),
+    ")
+    SELECT w.account_id, w.journal_seq, 'reclaim', ",
+    elements!("c.delta"),
+    ", NULL, NULL, c.leases, NULL, $5, $6
+    FROM accounts AS w JOIN changes AS c ON c.account_id = w.account_id
+    RETURNING 1
+)
+SELECT v.considered, v.due, v.decodes, t.account_id, t.lease_each, t.granted_each, t.used_each
+FROM verdict AS v
+LEFT JOIN totals AS t ON true
+ORDER BY t.account_id"
+);
+
 // ------------------------------------------------------------------ reads
 
 /// Entries of the account $1 after sequence number $2, at most $3, in
