@@ -4,11 +4,10 @@
 -- `sql/listings.rs`, `sql/outbox.rs` and `sql/usage_queries.rs` spell them:
 -- the account with its active lease count, the first page (100 + 1 rows) of
 -- its active leases, of its credentials and of its credits, its alert rules,
--- and the usage chart's totals by bucket and credential in a transaction
--- planned for its values: the chart's range is whole hours, so the events
--- at its two ends are empty parts, bound as NULLs (which the planner folds
--- away), and every hour is read from the hourly totals (migration 0025,
--- `UsageQuery::hourly_plan`). The account, the pages' bounds and the grouping
+-- and the usage chart's totals by bucket and credential: the chart's range
+-- is whole hours, so there are no events to read at its two ends and the
+-- store sends `USAGE_HOURS_SQL`, every hour read from the hourly totals
+-- (migration 0025, `UsageQuery::hourly_plan`). The account, the pages' bounds and the grouping
 -- are the bench's literals; the chart's window, which follows the clock, is
 -- given by `bench/run` as `-D from_us=… -D to_us=… -D width_us=…` from
 -- `tollgate-bench console-setup`. Run with `pgbench -M prepared -c 1` and
@@ -31,33 +30,7 @@ WHERE c.account_id = 'console-1' AND c.credit_id > '' ORDER BY c.credit_id LIMIT
 SELECT r.account_id, r.rule_id, r.kind, r.threshold, r.created_floor_us, r.created_submicro_ns,
        r.from_seq, r.refused_at_seq, r.deleted_seq
 FROM tollgate_alert_rules r WHERE r.account_id = 'console-1' AND r.deleted_seq IS NULL ORDER BY r.ordinal;
-BEGIN;
-SET LOCAL plan_cache_mode = force_custom_plan;
 SELECT g.bucket, g.group_key, sum(g.units)::text, sum(g.events)::text FROM (
-    SELECT CASE WHEN :width_us::int8 IS NULL THEN 0::int8
-                ELSE (u.occurred_at_floor_us - (u.occurred_at_floor_us % :width_us::int8 + :width_us::int8) % :width_us::int8) / :width_us::int8
-           END AS bucket,
-           CASE 'credential'::text WHEN 'credential' THEN u.credential_id WHEN 'lease' THEN u.lease_id
-                WHEN 'funding' THEN CASE WHEN u.lease_id IS NOT NULL THEN 'leased' ELSE 'overage' END
-                WHEN 'dimension' THEN u.dimensions ->> NULL::text END AS group_key,
-           u.units::numeric AS units, 1::int8 AS events
-    FROM tollgate_usage_events u
-    WHERE NULL::int8 IS NOT NULL AND u.account_id = 'console-1'
-      AND (u.occurred_at_floor_us, u.occurred_at_submicro_ns) >= (NULL::int8, NULL::int2)
-      AND (u.occurred_at_floor_us, u.occurred_at_submicro_ns) < (NULL::int8, NULL::int2)
-    UNION ALL
-    SELECT CASE WHEN :width_us::int8 IS NULL THEN 0::int8
-                ELSE (u.occurred_at_floor_us - (u.occurred_at_floor_us % :width_us::int8 + :width_us::int8) % :width_us::int8) / :width_us::int8
-           END AS bucket,
-           CASE 'credential'::text WHEN 'credential' THEN u.credential_id WHEN 'lease' THEN u.lease_id
-                WHEN 'funding' THEN CASE WHEN u.lease_id IS NOT NULL THEN 'leased' ELSE 'overage' END
-                WHEN 'dimension' THEN u.dimensions ->> NULL::text END AS group_key,
-           u.units::numeric AS units, 1::int8 AS events
-    FROM tollgate_usage_events u
-    WHERE NULL::int8 IS NOT NULL AND u.account_id = 'console-1'
-      AND (u.occurred_at_floor_us, u.occurred_at_submicro_ns) >= (NULL::int8, NULL::int2)
-      AND (u.occurred_at_floor_us, u.occurred_at_submicro_ns) < (NULL::int8, NULL::int2)
-    UNION ALL
     SELECT CASE WHEN :width_us::int8 IS NULL THEN 0::int8
                 ELSE ((h.hour * 3600000000) - ((h.hour * 3600000000) % :width_us::int8 + :width_us::int8) % :width_us::int8) / :width_us::int8
            END AS bucket,
@@ -69,4 +42,3 @@ SELECT g.bucket, g.group_key, sum(g.units)::text, sum(g.events)::text FROM (
     WHERE (:from_us::int8 / 3600000000) IS NOT NULL AND h.account_id = 'console-1'
       AND h.hour >= :from_us::int8 / 3600000000 AND h.hour < :to_us::int8 / 3600000000
 ) g GROUP BY g.bucket, g.group_key;
-COMMIT;

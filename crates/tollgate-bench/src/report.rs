@@ -94,7 +94,7 @@ const PAIRS: &[Pair] = &[
         unit: "pages/s",
         target: 0.70,
         tollgate: "`tollgate serve --database-url`, `GET /console/accounts/console-1` signed in, one connection: 100 active leases, usage of the last 24 hours by credential over 1 000 000 events",
-        baseline: "`pgbench -M prepared -c 1`, `bench/sql/console_account.sql`, the page's nine statements",
+        baseline: "`pgbench -M prepared -c 1`, `bench/sql/console_account.sql`, the page's six statements",
     },
     Pair {
         key: "pg_reclaim",

@@ -154,6 +154,49 @@ macro_rules! account_decodes {
     };
 }
 
+/// A reclaim pass's accounts (`READ_DUE_SQL`, `RECLAIM_DUE_SQL`): the CTEs
+/// `most_overdue`, the $4 most overdue leases due at ($1, $2), numbered in
+/// `(expiry, lease_id)` order, and `heads`, their accounts in the order of
+/// their most overdue one.
+macro_rules! reclaim_heads {
+    () => {
+        "most_overdue AS (
+    SELECT l.account_id,
+        row_number() OVER (ORDER BY l.expiry_floor_us, l.expiry_submicro_ns, l.lease_id) AS n
+    FROM tollgate_leases AS l
+    WHERE l.state = 'active' AND (l.expiry_floor_us, l.expiry_submicro_ns) <= ($1, $2)
+    ORDER BY l.expiry_floor_us, l.expiry_submicro_ns, l.lease_id
+    LIMIT $4
+), heads AS (
+    SELECT m.account_id, min(m.n) AS first
+    FROM most_overdue AS m
+    GROUP BY m.account_id
+    ORDER BY first
+)"
+    };
+}
+
+/// Each of `reclaim_heads!`'s accounts (`h`) with its due leases (`l`, the
+/// columns `$columns` of `d`), at most $3 of them, in expiry order, read
+/// through the account's range of `tollgate_leases_active_account_expiry`.
+macro_rules! heads_due_leases {
+    ($columns:literal) => {
+        concat!(
+            "heads AS h
+CROSS JOIN LATERAL (
+    SELECT ",
+            $columns,
+            "
+    FROM tollgate_leases AS d
+    WHERE d.account_id = h.account_id AND d.state = 'active'
+      AND (d.expiry_floor_us, d.expiry_submicro_ns) <= ($1, $2)
+    ORDER BY d.expiry_floor_us, d.expiry_submicro_ns, d.lease_id
+    LIMIT $3
+) AS l"
+        )
+    };
+}
+
 /// A lease with its account, for the reads that settle it.
 macro_rules! held_lease_select {
     () => {
@@ -284,33 +327,17 @@ pub(super) const LOCK_HELD_LEASE_SQL: &str = concat!(
 /// pages as there are accounts.
 pub(super) const READ_DUE_SQL: &str = concat!(
     "
-WITH most_overdue AS (
-    SELECT l.account_id,
-        row_number() OVER (ORDER BY l.expiry_floor_us, l.expiry_submicro_ns, l.lease_id) AS n
-    FROM tollgate_leases AS l
-    WHERE l.state = 'active' AND (l.expiry_floor_us, l.expiry_submicro_ns) <= ($1, $2)
-    ORDER BY l.expiry_floor_us, l.expiry_submicro_ns, l.lease_id
-    LIMIT $4
-), heads AS (
-    SELECT m.account_id, min(m.n) AS first
-    FROM most_overdue AS m
-    GROUP BY m.account_id
-    ORDER BY first
-)
+WITH ",
+    reclaim_heads!(),
+    "
 SELECT (SELECT count(*) FROM most_overdue) AS considered, ",
     account_columns!(),
     ", ",
     lease_columns!(),
     "
-FROM heads AS h
-CROSS JOIN LATERAL (
-    SELECT d.*
-    FROM tollgate_leases AS d
-    WHERE d.account_id = h.account_id AND d.state = 'active'
-      AND (d.expiry_floor_us, d.expiry_submicro_ns) <= ($1, $2)
-    ORDER BY d.expiry_floor_us, d.expiry_submicro_ns, d.lease_id
-    LIMIT $3
-) AS l
+FROM ",
+    heads_due_leases!("d.*"),
+    "
 JOIN tollgate_accounts AS a ON a.account_id = l.account_id
 ORDER BY h.first, l.expiry_floor_us, l.expiry_submicro_ns, l.lease_id
 LIMIT $3"
@@ -538,7 +565,9 @@ mod listings;
 pub(super) use listings::{LIST_ACCOUNTS_SQL, LIST_CREDENTIALS_SQL, LIST_CREDITS_SQL, LIST_LEASES_SQL};
 
 mod usage_queries;
-pub(super) use usage_queries::{CUSTOM_PLANS_SQL, USAGE_EVENTS_AFTER_SQL, USAGE_EVENTS_FIRST_SQL, USAGE_TOTALS_SQL};
+pub(super) use usage_queries::{
+    CUSTOM_PLANS_SQL, USAGE_EVENTS_AFTER_SQL, USAGE_EVENTS_FIRST_SQL, USAGE_HOURS_SQL, USAGE_TOTALS_SQL,
+};
 
 mod outbox;
 pub(super) use outbox::{

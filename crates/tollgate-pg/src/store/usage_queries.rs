@@ -11,7 +11,7 @@ use tollgate_core::{Dimensions, Error, InstantPair, Page, UsageEvent};
 
 use super::Engine;
 use super::errors::{corrupt, storable, storage_error};
-use super::sql::{CUSTOM_PLANS_SQL, USAGE_EVENTS_AFTER_SQL, USAGE_EVENTS_FIRST_SQL, USAGE_TOTALS_SQL};
+use super::sql::{CUSTOM_PLANS_SQL, USAGE_EVENTS_AFTER_SQL, USAGE_EVENTS_FIRST_SQL, USAGE_HOURS_SQL, USAGE_TOTALS_SQL};
 use super::tx::Tx;
 
 /// An event's dimensions as the JSON text its column stores; `None` (NULL)
@@ -69,7 +69,9 @@ impl Engine {
             GroupBy::Funding => ("funding", None),
             GroupBy::Dimension(key) => ("dimension", Some(key.as_str())),
         };
-        let mut statement = sqlx::query_as(USAGE_TOTALS_SQL).bind(account_id);
+        let reads_events = [plan.head, plan.tail].iter().any(|(from, to)| from < to);
+        let sql = if reads_events { USAGE_TOTALS_SQL } else { USAGE_HOURS_SQL };
+        let mut statement = sqlx::query_as(sql).bind(account_id);
         // An empty part is bound as NULLs, which its statement part tests
         // first: planned for its values, the part is then no scan at all,
         // where an empty range would still be estimated as rows to read.
@@ -88,7 +90,6 @@ impl Engine {
             .bind(key)
             .bind(hours.map(|(first, _)| first))
             .bind(hours.map(|(_, end)| end));
-        let reads_events = [plan.head, plan.tail].iter().any(|(from, to)| from < to);
         let rows: Vec<TotalsRow> = if reads_events {
             // Planned for its values (an index range or a scan of the events,
             // by how much of the table they are), in one read-only
@@ -99,9 +100,8 @@ impl Engine {
             tx.commit().await.map_err(storage_error)?;
             rows
         } else {
-            // Whole hours only: the generic plan tests the event parts' NULL
-            // bounds once, at its start, and reads the hourly totals alone,
-            // in one round trip.
+            // Whole hours only: the hourly totals alone, as the pool's
+            // connections plan it, in one round trip.
             statement.fetch_all(&self.pool).await.map_err(storage_error)?
         };
         self.existing(account_id, rows.len()).await?;

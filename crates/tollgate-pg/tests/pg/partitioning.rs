@@ -203,6 +203,27 @@ fn classification() -> BTreeMap<&'static str, Class> {
                 ],
             },
         ),
+        (
+            "USAGE_HOURS_SQL",
+            Single {
+                params: &[
+                    ACCOUNT,
+                    INT8,
+                    INT2,
+                    INT8,
+                    INT2,
+                    INT8,
+                    INT2,
+                    INT8,
+                    INT2,
+                    INT8,
+                    ("text", "'dimension'"),
+                    ("text", "'model'"),
+                    INT8,
+                    INT8,
+                ],
+            },
+        ),
         ("USAGE_EVENTS_FIRST_SQL", Single { params: &[ACCOUNT, INT8, INT2, INT8, INT2, INT8] }),
         (
             "USAGE_EVENTS_AFTER_SQL",

@@ -342,31 +342,15 @@ SELECT s.lease_id FROM settled AS s"
 /// one row of NULL accounts when none was settled.
 pub(in crate::store) const RECLAIM_DUE_SQL: &str = concat!(
     "
-WITH most_overdue AS (
-    SELECT l.account_id,
-        row_number() OVER (ORDER BY l.expiry_floor_us, l.expiry_submicro_ns, l.lease_id) AS n
-    FROM tollgate_leases AS l
-    WHERE l.state = 'active' AND (l.expiry_floor_us, l.expiry_submicro_ns) <= ($1, $2)
-    ORDER BY l.expiry_floor_us, l.expiry_submicro_ns, l.lease_id
-    LIMIT $4
-), heads AS (
-    SELECT m.account_id, min(m.n) AS first
-    FROM most_overdue AS m
-    GROUP BY m.account_id
-    ORDER BY first
-), due AS (
+WITH ",
+    reclaim_heads!(),
+    ", due AS (
     SELECT l.row_table, l.row_id, l.account_id, ",
     lease_decodes!("l.", "$10", "$11"),
     " AS decodes
-    FROM heads AS h
-    CROSS JOIN LATERAL (
-        SELECT d.tableoid AS row_table, d.ctid AS row_id, d.*
-        FROM tollgate_leases AS d
-        WHERE d.account_id = h.account_id AND d.state = 'active'
-          AND (d.expiry_floor_us, d.expiry_submicro_ns) <= ($1, $2)
-        ORDER BY d.expiry_floor_us, d.expiry_submicro_ns, d.lease_id
-        LIMIT $3
-    ) AS l
+    FROM ",
+    heads_due_leases!("d.tableoid AS row_table, d.ctid AS row_id, d.*"),
+    "
     ORDER BY h.first, l.expiry_floor_us, l.expiry_submicro_ns, l.lease_id
     LIMIT $3
 ), locked AS (

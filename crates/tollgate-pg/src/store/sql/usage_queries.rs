@@ -84,15 +84,32 @@ macro_rules! events_part {
     };
 }
 
+/// The hourly totals (migration 0025) of the account $1's whole hours
+/// `$13 <= hour < $14`, each in the bucket of its hour's start; none when $13
+/// is NULL.
+macro_rules! hours_part {
+    () => {
+        concat!(
+            "SELECT ",
+            bucket_of!("(h.hour * 3600000000)"),
+            " AS bucket, ",
+            group_key!("h.credential_id", "NULL::text", "h.leased", "h.dimensions"),
+            " AS group_key, h.units, h.events
+    FROM tollgate_usage_hourly h
+    WHERE $13::int8 IS NOT NULL AND h.account_id = $1 AND h.hour >= $13::int8 AND h.hour < $14::int8"
+        )
+    };
+}
+
 /// Units and event counts of the account $1 in a query's range by bucket
 /// and group, as decimal text (sums are `numeric`: they never wrap), read
 /// as the core's `HourlyPlan` says: the events of its head
 /// `[($2, $3), ($4, $5))` and its tail `[($6, $7), ($8, $9))`, instants as
-/// `(floor_us, submicro_ns)` pairs, and the hourly totals (migration 0025)
-/// of its whole hours `$13 <= hour < $14`, each in the bucket of its hour's
-/// start; a part that is empty has NULL bounds ($2, $6 or $13 NULL) and
-/// reads nothing. One statement, so one snapshot: an event committed meanwhile is in
-/// all three parts or in none.
+/// `(floor_us, submicro_ns)` pairs, and the hourly totals of its whole hours
+/// (`hours_part!`); a part that is empty has NULL bounds ($2, $6 or $13
+/// NULL) and reads nothing. One statement, so one snapshot: an event
+/// committed meanwhile is in all three parts or in none. Planned for its
+/// values (`CUSTOM_PLANS_SQL`).
 pub(in crate::store) const USAGE_TOTALS_SQL: &str = concat!(
     "SELECT g.bucket, g.group_key, sum(g.units)::text, sum(g.events)::text FROM (
     ",
@@ -103,13 +120,23 @@ pub(in crate::store) const USAGE_TOTALS_SQL: &str = concat!(
     events_part!("6", "7", "8", "9"),
     "
     UNION ALL
-    SELECT ",
-    bucket_of!("(h.hour * 3600000000)"),
-    " AS bucket, ",
-    group_key!("h.credential_id", "NULL::text", "h.leased", "h.dimensions"),
-    " AS group_key, h.units, h.events
-    FROM tollgate_usage_hourly h
-    WHERE $13::int8 IS NOT NULL AND h.account_id = $1 AND h.hour >= $13::int8 AND h.hour < $14::int8
+    ",
+    hours_part!(),
+    "
+) g GROUP BY g.bucket, g.group_key"
+);
+
+/// `USAGE_TOTALS_SQL` for a query of whole hours, whose event parts are
+/// empty: the hourly totals alone, with the same parameters ($2 to $9 unused).
+/// Its generic plan is an index range of `tollgate_usage_hourly_pkey`, where
+/// `USAGE_TOTALS_SQL`'s, which cannot know its event parts are empty, plans
+/// for them as reads of many events (a parallel plan whose start-up was most
+/// of a page's query).
+pub(in crate::store) const USAGE_HOURS_SQL: &str = concat!(
+    "SELECT g.bucket, g.group_key, sum(g.units)::text, sum(g.events)::text FROM (
+    ",
+    hours_part!(),
+    "
 ) g GROUP BY g.bucket, g.group_key"
 );
 
