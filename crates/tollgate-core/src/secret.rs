@@ -45,7 +45,13 @@ impl SecretHash {
 
     /// Whether `candidate` hashes to this value, compared in constant time.
     pub fn matches(&self, candidate: &str) -> bool {
-        let other = Self::of(candidate);
+        self.matches_hash(&Self::of(candidate))
+    }
+
+    /// Whether `other`, a candidate's hash, is this value, compared in
+    /// constant time: `matches` for a caller that hashed the candidate
+    /// beforehand (outside a lock, say).
+    pub fn matches_hash(&self, other: &SecretHash) -> bool {
         self.0.ct_eq(&other.0).into()
     }
 

@@ -21,7 +21,7 @@ use tollgate_core::journal::{EntryIds, EntryKind};
 use tollgate_core::ledger::{self, LeaseState};
 use tollgate_core::{
     Account, AlertRule, Credential, CreditEntry, Error, ExportQuery, GrantPolicy, KeyRoute, Lease, LeaseFilter, Page,
-    PageLimit, PageRequest, ReclaimPass, SecretHash, UnitDomain, UsageEvent, UsageQuery, UsageReport,
+    PageLimit, PageRequest, ReclaimPass, Secret, SecretHash, UnitDomain, UsageEvent, UsageQuery, UsageReport,
     route_credential_key, validate_id,
 };
 
@@ -129,6 +129,22 @@ struct State {
     outbox: outbox::OutboxState,
 }
 
+/// A new lease's id and capability, drawn before the store's lock is taken,
+/// so that drawing random bytes and hashing the capability keep no other
+/// request waiting. One drawn for an operation the core refuses is dropped.
+struct FreshLease {
+    key: LeaseKey,
+    capability: Secret,
+    hash: SecretHash,
+}
+
+impl FreshLease {
+    fn new() -> Self {
+        let capability = new_capability();
+        Self { key: new_lease_key(), hash: capability.hash(), capability }
+    }
+}
+
 impl MemoryStore {
     pub fn new(policy: GrantPolicy) -> Self {
         Self { policy, state: Mutex::new(State::default()) }
@@ -149,11 +165,12 @@ impl MemoryStore {
         now: Timestamp,
         operation: impl FnOnce(&mut State) -> Result<T, Error>,
     ) -> Result<T, Error> {
+        // The claim's hashes are computed before the lock is taken.
+        let claim = idempotency.map(|idempotency| Claim::new(idempotency, &request, now));
         let mut state = self.lock();
-        let Some(idempotency) = idempotency else {
+        let Some(claim) = claim else {
             return operation(&mut state);
         };
-        let claim = Claim::new(idempotency, &request, now);
         if let Some(record) = state.idempotency.live(&claim.lookup_id, now) {
             return claim.replay(&record.fingerprint, &record.sealed);
         }
@@ -225,9 +242,11 @@ impl State {
     }
 
     /// The lease, after checking the caller's capability against its hash.
-    fn held_lease(&self, account_id: &str, lease_id: &str, capability: &str) -> Result<Lease, Error> {
+    /// The active or settled lease `lease_id` of `account_id`, for the holder
+    /// of the capability whose hash is `capability`.
+    fn held_lease(&self, account_id: &str, lease_id: &str, capability: &SecretHash) -> Result<Lease, Error> {
         let (key, record) = self.account_lease(account_id, lease_id).ok_or(Error::LeaseNotFound)?;
-        if !record.capability.matches(capability) {
+        if !record.capability.matches_hash(capability) {
             return Err(Error::CapabilityMismatch);
         }
         Ok(self.lease_of(key, record))
@@ -277,12 +296,12 @@ impl State {
         }
     }
 
-    /// Stores a lease for `grant`, and answers it with its key.
-    fn grant_lease(&mut self, account_id: &str, grant: ledger::Grant) -> (IssuedLease, LeaseKey) {
-        let capability = new_capability();
-        let key = new_lease_key();
+    /// Stores a lease for `grant` under `fresh`'s id and capability, and
+    /// answers it with its key.
+    fn grant_lease(&mut self, account_id: &str, grant: ledger::Grant, fresh: FreshLease) -> (IssuedLease, LeaseKey) {
+        let FreshLease { key, capability, hash } = fresh;
         let lease = grant.into_lease(lease_id_of(key), account_id.to_owned());
-        self.insert_lease(key, lease.clone(), capability.hash());
+        self.insert_lease(key, lease.clone(), hash);
         (IssuedLease { lease, capability }, key)
     }
 }
@@ -336,10 +355,11 @@ impl Store for MemoryStore {
         now: Timestamp,
     ) -> Result<IssuedLease, Error> {
         let request = Request::Acquire { account_id, units, ttl };
+        let fresh = FreshLease::new();
         self.run(idempotency, request, now, |state| {
             let mut account = state.account(account_id)?.clone();
             let grant = ledger::acquire(&mut account, units, ttl, now, &self.policy, DOMAIN)?;
-            let (issued, key) = state.grant_lease(account_id, grant);
+            let (issued, key) = state.grant_lease(account_id, grant, fresh);
             state.put_account(account, EntryKind::Acquire, StoredIds::Lease(key), now);
             Ok(issued)
         })
@@ -353,8 +373,9 @@ impl Store for MemoryStore {
         capability: &str,
         now: Timestamp,
     ) -> Result<Released, Error> {
+        let presented = SecretHash::of(capability);
         self.run(idempotency, Request::Release { account_id, lease_id, capability }, now, |state| {
-            let mut lease = state.held_lease(account_id, lease_id, capability)?;
+            let mut lease = state.held_lease(account_id, lease_id, &presented)?;
             let mut account = state.account(&lease.account_id).map_err(|_| orphan(&lease))?.clone();
             let settlement = ledger::release(&mut account, &mut lease, now, &self.policy, DOMAIN)?;
             state.put_account(account, EntryKind::Release, StoredIds::lease(lease_id), now);
@@ -373,18 +394,21 @@ impl Store for MemoryStore {
         now: Timestamp,
     ) -> Result<Consolidated, Error> {
         let request = Request::Consolidate { account_id, sources, extra_units, ttl };
+        let presented: Vec<SecretHash> = sources.iter().map(|handle| SecretHash::of(&handle.capability)).collect();
+        let fresh = FreshLease::new();
         self.run(idempotency, request, now, |state| {
             let mut account = state.account(account_id)?.clone();
             let mut leases = sources
                 .iter()
-                .map(|handle| state.held_lease(account_id, &handle.lease_id, &handle.capability))
+                .zip(&presented)
+                .map(|(handle, capability)| state.held_lease(account_id, &handle.lease_id, capability))
                 .collect::<Result<Vec<_>, _>>()?;
             let (grant, settlements) =
                 ledger::consolidate(&mut account, &mut leases, extra_units, ttl, now, &self.policy, DOMAIN)?;
             for lease in &leases {
                 state.store_settled(lease.clone());
             }
-            let (lease, _) = state.grant_lease(account_id, grant);
+            let (lease, _) = state.grant_lease(account_id, grant, fresh);
             let sources = leases.iter().map(|l| l.lease_id.clone()).collect();
             let ids = EntryIds::consolidate(&lease.lease.lease_id, sources);
             state.put_account(account, EntryKind::Consolidate, StoredIds::other(ids), now);

@@ -17,6 +17,16 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+/// The server allocates and frees small blocks on every request (JSON, the
+/// request's headers, an acquire's records), from many threads, and the
+/// memory store keeps every lease and journal entry it ever made. glibc's
+/// allocator spent about 13 % of the HTTP benchmark's server CPU in its own
+/// bookkeeping (`_int_malloc`, `unlink_chunk`, `malloc_consolidate`), and
+/// more as the store grew; mimalloc keeps per-thread free lists of size
+/// classes (bench/ANALYSIS.md, "HTTP").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "tollgate", version, about = "Prepaid units for a fleet of gateway workers.")]
 struct Cli {
