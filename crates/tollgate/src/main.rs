@@ -23,7 +23,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 /// allocator spent about 13 % of the HTTP benchmark's server CPU in its own
 /// bookkeeping (`_int_malloc`, `unlink_chunk`, `malloc_consolidate`), and
 /// more as the store grew; mimalloc keeps per-thread free lists of size
-/// classes (bench/ANALYSIS.md, "HTTP").
+/// classes (bench/ANALYSIS.md, "HTTP"). Without transparent huge pages
+/// (`no_thp` in Cargo.toml), its resident memory stays at glibc's per stored
+/// lease; with them it started at twice glibc's idle size and kept more.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
