@@ -79,6 +79,25 @@ const ACCOUNT_LISTING: &str = "the operator's listing of accounts (an admin cons
      prefix) reads every account in account_id order, one bounded page (LIMIT) after its cursor; each \
      account's active lease count is a subquery by that account's id";
 
+/// The usage totals' parameters: the account, the head's and the tail's
+/// bounds, the window, the grouping and its key, and the whole hours.
+const USAGE_TOTALS_PARAMS: &[(&str, &str)] = &[
+    ACCOUNT,
+    INT8,
+    INT2,
+    INT8,
+    INT2,
+    INT8,
+    INT2,
+    INT8,
+    INT2,
+    INT8,
+    ("text", "'dimension'"),
+    ("text", "'model'"),
+    INT8,
+    INT8,
+];
+
 /// Every statement of `src/store/sql.rs`, classified.
 fn classification() -> BTreeMap<&'static str, Class> {
     BTreeMap::from([
@@ -182,48 +201,8 @@ fn classification() -> BTreeMap<&'static str, Class> {
         ("LIST_LEASES_SQL", Single { params: &[ACCOUNT, ("text", "''"), ("text[]", "'{active,released}'"), INT8] }),
         ("LIST_CREDENTIALS_SQL", Single { params: &[ACCOUNT, ("text", "''"), INT8] }),
         ("LIST_CREDITS_SQL", Single { params: &[ACCOUNT, ("text", "''"), INT8] }),
-        (
-            "USAGE_TOTALS_SQL",
-            Single {
-                params: &[
-                    ACCOUNT,
-                    INT8,
-                    INT2,
-                    INT8,
-                    INT2,
-                    INT8,
-                    INT2,
-                    INT8,
-                    INT2,
-                    INT8,
-                    ("text", "'dimension'"),
-                    ("text", "'model'"),
-                    INT8,
-                    INT8,
-                ],
-            },
-        ),
-        (
-            "USAGE_HOURS_SQL",
-            Single {
-                params: &[
-                    ACCOUNT,
-                    INT8,
-                    INT2,
-                    INT8,
-                    INT2,
-                    INT8,
-                    INT2,
-                    INT8,
-                    INT2,
-                    INT8,
-                    ("text", "'dimension'"),
-                    ("text", "'model'"),
-                    INT8,
-                    INT8,
-                ],
-            },
-        ),
+        ("USAGE_TOTALS_SQL", Single { params: USAGE_TOTALS_PARAMS }),
+        ("USAGE_HOURS_SQL", Single { params: USAGE_TOTALS_PARAMS }),
         ("USAGE_EVENTS_FIRST_SQL", Single { params: &[ACCOUNT, INT8, INT2, INT8, INT2, INT8] }),
         (
             "USAGE_EVENTS_AFTER_SQL",
