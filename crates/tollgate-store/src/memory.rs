@@ -241,7 +241,6 @@ impl State {
         (self.account_ids[record.account as usize] == account_id).then_some((key, record))
     }
 
-    /// The lease, after checking the caller's capability against its hash.
     /// The active or settled lease `lease_id` of `account_id`, for the holder
     /// of the capability whose hash is `capability`.
     fn held_lease(&self, account_id: &str, lease_id: &str, capability: &SecretHash) -> Result<Lease, Error> {

@@ -23,7 +23,7 @@ use super::Engine;
 use super::errors::{corrupt, out_of_range, storage_error};
 use super::load::finish;
 use super::sql::RECLAIM_DUE_SQL;
-use super::unlocked::{Attempt, DUE_HEADS_FIRST, journal_at};
+use super::unlocked::{Attempt, DUE_HEADS_FIRST, journal_at, must_widen};
 
 /// A row of `RECLAIM_DUE_SQL`: an account's settled leases (or none), with
 /// what the statement considered, read and decided.
@@ -109,7 +109,7 @@ impl Engine {
                 self.guesses.forget(&lease.account_id, Some(&lease.lease_id));
             }
             reclaimed.extend(settled);
-            if due == left || considered < heads || heads == left {
+            if !must_widen(due as usize, left, i64::from(considered), heads) {
                 return Ok((reclaimed, 0));
             }
             left -= due;

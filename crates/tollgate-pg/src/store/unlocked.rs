@@ -369,6 +369,15 @@ impl Engine {
 /// accounts (`READ_DUE_SQL`'s $4), when its bound is larger.
 pub(super) const DUE_HEADS_FIRST: u32 = 64;
 
+/// Whether a pass's read (`READ_DUE_SQL`, `RECLAIM_DUE_SQL`) that found
+/// `found` of the `wanted` due leases, choosing its accounts from the
+/// `heads` most overdue leases of which `considered` were due, must look at
+/// as many leases as it wants: it found too few while at least as many
+/// leases were due as it looked at.
+pub(super) fn must_widen(found: usize, wanted: u32, considered: i64, heads: u32) -> bool {
+    found < wanted as usize && considered >= i64::from(heads) && heads < wanted
+}
+
 /// The due leases of one pass (`READ_DUE_SQL`), decoded, with their accounts,
 /// and the leases skipped because a row did not decode. It reads the bound's
 /// worth of rows, and reads again up to twice the bound
@@ -415,8 +424,8 @@ async fn read_due_rows(
             .fetch_all(&mut *conn)
             .await
             .map_err(storage_error)?;
-        let looked_at_every_due_lease = rows.first().is_none_or(|row| row.considered < i64::from(heads));
-        if rows.len() == rows_max as usize || looked_at_every_due_lease || heads == rows_max {
+        let considered = rows.first().map_or(0, |row| row.considered);
+        if !must_widen(rows.len(), rows_max, considered, heads) {
             return Ok(rows.into_iter().map(|row| row.held).collect());
         }
         heads = rows_max;
