@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 use jiff::{SignedDuration, Timestamp};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use tokio::sync::{Semaphore, watch};
-use tokio::time::MissedTickBehavior;
 use tollgate_core::RetryPolicy;
 use tollgate_core::alerts::signature_header;
 use tollgate_store::{AttemptResult, ClaimedDelivery, WebhookKey};
@@ -361,7 +360,7 @@ async fn count_deliveries(state: &AppState) {
 /// Runs ticks until `stop` turns true. Without a key there is nothing it can
 /// sign, so it does not start. Attempts under way at the stop are left to
 /// their claims: another server, or this one restarted, attempts them again.
-pub async fn run(state: AppState, mut stop: watch::Receiver<bool>) {
+pub async fn run(state: AppState, stop: watch::Receiver<bool>) {
     let deliverer = match Deliverer::new(&state) {
         Ok(deliverer) => deliverer,
         Err(why) => {
@@ -373,25 +372,17 @@ pub async fn run(state: AppState, mut stop: watch::Receiver<bool>) {
     let worker = Arc::new(Worker { deliverer, slots, busy: Arc::default() });
     // The first tick comes one interval after start, like every other.
     let interval = state.webhooks().interval;
-    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    let ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
     let mut counted = Instant::now() - COUNT_INTERVAL;
-    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            changed = stop.changed() => {
-                if changed.is_err() || *stop.borrow() {
-                    return;
-                }
-            }
-            _ = ticker.tick() => {
-                let count = counted.elapsed() >= COUNT_INTERVAL;
-                if count {
-                    counted = Instant::now();
-                }
-                worker.tick(count).await;
-            }
+    crate::worker::tick_until_stopped(ticker, stop, || {
+        let count = counted.elapsed() >= COUNT_INTERVAL;
+        if count {
+            counted = Instant::now();
         }
-    }
+        let worker = Arc::clone(&worker);
+        async move { worker.tick(count).await }
+    })
+    .await;
 }
 
 #[cfg(test)]

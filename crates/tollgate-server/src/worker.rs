@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::time::MissedTickBehavior;
+use tokio::time::{Interval, MissedTickBehavior};
 use tollgate_core::Error;
 use tollgate_store::{IDEMPOTENCY_PURGE_BATCH_MAX, ReclaimReport};
 
@@ -110,8 +110,31 @@ pub async fn purge_tick(state: &AppState) -> Result<u64, Error> {
 
 /// Runs ticks until `stop` turns true (or its sender is dropped). A tick in
 /// progress finishes first, so no pass is cut off half way.
-pub async fn run(state: AppState, config: ReclaimConfig, mut stop: watch::Receiver<bool>) {
-    let mut ticker = tokio::time::interval(config.interval);
+pub async fn run(state: AppState, config: ReclaimConfig, stop: watch::Receiver<bool>) {
+    tick_until_stopped(tokio::time::interval(config.interval), stop, || async {
+        match worker_tick(&state).await {
+            Ok(0) => {}
+            Ok(settled) => tracing::info!(settled, "reclaimed leases past expiry and grace"),
+            Err(error) => tracing::warn!(code = error.code(), %error, "reclaim pass failed; retrying next tick"),
+        }
+        if let Err(error) = purge_tick(&state).await {
+            tracing::warn!(code = error.code(), %error, "idempotency purge failed; retrying next tick");
+        }
+    })
+    .await;
+}
+
+/// Awaits `tick` at every tick of `ticker` until `stop` turns true (or its
+/// sender is dropped). A tick in progress finishes first, and ticks missed
+/// while one ran are not made up in a burst: the background workers share
+/// this loop so that they stop alike.
+pub(crate) async fn tick_until_stopped<F>(
+    mut ticker: Interval,
+    mut stop: watch::Receiver<bool>,
+    mut tick: impl FnMut() -> F,
+) where
+    F: Future<Output = ()>,
+{
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
         tokio::select! {
@@ -120,16 +143,7 @@ pub async fn run(state: AppState, config: ReclaimConfig, mut stop: watch::Receiv
                     return;
                 }
             }
-            _ = ticker.tick() => {
-                match worker_tick(&state).await {
-                    Ok(0) => {}
-                    Ok(settled) => tracing::info!(settled, "reclaimed leases past expiry and grace"),
-                    Err(error) => tracing::warn!(code = error.code(), %error, "reclaim pass failed; retrying next tick"),
-                }
-                if let Err(error) = purge_tick(&state).await {
-                    tracing::warn!(code = error.code(), %error, "idempotency purge failed; retrying next tick");
-                }
-            }
+            _ = ticker.tick() => tick().await,
         }
     }
 }
