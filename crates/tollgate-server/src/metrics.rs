@@ -41,6 +41,18 @@ fn encode_label(encoder: &mut LabelValueEncoder<'_>, value: &'static str) -> std
     encoder.write_str(value)
 }
 
+/// Label values that are their type's `as_str` name, so the label and every
+/// other place that names the value spell it alike.
+macro_rules! label_values_by_name {
+    ($($label:ty),+) => {$(
+        impl EncodeLabelValue for $label {
+            fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
+                encode_label(encoder, self.as_str())
+            }
+        }
+    )+};
+}
+
 /// The request method, for the `method` label; methods the server does not
 /// route are `other`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -83,12 +95,6 @@ impl HttpMethod {
     }
 }
 
-impl EncodeLabelValue for HttpMethod {
-    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
-        encode_label(encoder, self.as_str())
-    }
-}
-
 /// What a lease went through, for `tollgate_leases_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum LeaseEvent {
@@ -112,11 +118,7 @@ impl LeaseEvent {
     }
 }
 
-impl EncodeLabelValue for LeaseEvent {
-    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
-        encode_label(encoder, self.as_str())
-    }
-}
+label_values_by_name!(HttpMethod, LeaseEvent);
 
 /// How a reclaim pass ended, for `tollgate_reclaim_passes_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
