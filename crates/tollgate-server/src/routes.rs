@@ -84,6 +84,18 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .merge(public)
 }
 
+/// The `Idempotency-Key` header of the routes that apply a change, as the
+/// OpenAPI document states it; the handlers read it through
+/// [`IdempotencyHeader`].
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+#[expect(dead_code, reason = "documents the header; IdempotencyHeader reads it")]
+struct IdempotencyKeyParams {
+    /// 1 to 255 visible ASCII characters; a random UUIDv4 or better. A retry with the same key and request answers with the original status and body and applies nothing again
+    #[param(rename = "Idempotency-Key", nullable = false)]
+    idempotency_key: Option<String>,
+}
+
 fn json<T: serde::Serialize>(status: StatusCode, body: T) -> ApiResult {
     Ok((status, Json(body)).into_response())
 }
@@ -156,7 +168,7 @@ pub(crate) async fn credit(
 /// Issues an end-user API key. The key is in this response only.
 #[utoipa::path(
     post, path = "/v1/accounts/{account_id}/credentials", tag = "credentials",
-    params(("account_id" = String, Path), ("Idempotency-Key" = Option<String>, Header, nullable = false, description = "1 to 255 visible ASCII characters; a random UUIDv4 or better. A retry with the same key and request answers with the original status and body and applies nothing again")),
+    params(("account_id" = String, Path), IdempotencyKeyParams),
     request_body = CreateCredentialRequest,
     responses(
         (status = 201, description = "The credential and its key, shown once", body = IssuedCredentialBody),
@@ -206,7 +218,7 @@ pub(crate) async fn get_credential(
 /// revocation time; a credential of another account is `credential_not_found`.
 #[utoipa::path(
     post, path = "/v1/accounts/{account_id}/credentials/{credential_id}/revoke", tag = "credentials",
-    params(("account_id" = String, Path), ("credential_id" = String, Path), ("Idempotency-Key" = Option<String>, Header, nullable = false, description = "1 to 255 visible ASCII characters; a random UUIDv4 or better. A retry with the same key and request answers with the original status and body and applies nothing again")),
+    params(("account_id" = String, Path), ("credential_id" = String, Path), IdempotencyKeyParams),
     responses(
         (status = 200, description = "The revoked credential", body = CredentialBody),
         (status = 400, description = "`invalid_idempotency_key`", body = ErrorBody),
@@ -251,7 +263,7 @@ pub(crate) async fn verify_credential(
 /// carries the exact expiry and the capability, which is shown only here.
 #[utoipa::path(
     post, path = "/v1/accounts/{account_id}/leases", tag = "leases",
-    params(("account_id" = String, Path), ("Idempotency-Key" = Option<String>, Header, nullable = false, description = "1 to 255 visible ASCII characters; a random UUIDv4 or better. A retry with the same key and request answers with the original status and body and applies nothing again")),
+    params(("account_id" = String, Path), IdempotencyKeyParams),
     request_body = AcquireRequest,
     responses(
         (status = 201, description = "The lease with its capability", body = LeaseBody),
@@ -304,7 +316,7 @@ pub(crate) async fn get_lease(
 /// `lease_not_found` and nothing changes.
 #[utoipa::path(
     post, path = "/v1/accounts/{account_id}/leases/{lease_id}/release", tag = "leases",
-    params(("account_id" = String, Path), ("lease_id" = String, Path), ("Idempotency-Key" = Option<String>, Header, nullable = false, description = "1 to 255 visible ASCII characters; a random UUIDv4 or better. A retry with the same key and request answers with the original status and body and applies nothing again")),
+    params(("account_id" = String, Path), ("lease_id" = String, Path), IdempotencyKeyParams),
     request_body = ReleaseRequest,
     responses(
         (status = 200, description = "The settled lease and how it was split", body = ReleaseResponse),
@@ -341,7 +353,7 @@ pub(crate) async fn release(
 /// the account: a lease of another account is `lease_not_found`.
 #[utoipa::path(
     post, path = "/v1/accounts/{account_id}/leases/consolidate", tag = "leases",
-    params(("account_id" = String, Path), ("Idempotency-Key" = Option<String>, Header, nullable = false, description = "1 to 255 visible ASCII characters; a random UUIDv4 or better. A retry with the same key and request answers with the original status and body and applies nothing again")),
+    params(("account_id" = String, Path), IdempotencyKeyParams),
     request_body = ConsolidateRequest,
     responses(
         (status = 201, description = "The new lease with its capability, and each source's settlement", body = ConsolidateResponse),

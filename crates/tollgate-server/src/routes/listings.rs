@@ -76,50 +76,49 @@ pub(crate) async fn list_leases(
     json(StatusCode::OK, PageBody::<LeaseBody>::of(&leases))
 }
 
-/// The account's credentials in `credential_id` order, without their keys.
-#[utoipa::path(
-    get, path = "/v1/accounts/{account_id}/credentials", tag = "credentials",
-    params(
-        ("account_id" = String, Path),
-        PageParams,
-    ),
-    responses(
-        (status = 200, description = "One page of credentials", body = PageBody<CredentialBody>),
-        (status = 400, description = "`invalid_limit`, `invalid_cursor` or `invalid_query`", body = ErrorBody),
-        (status = 404, description = "`account_not_found`", body = ErrorBody),
-    ),
-)]
-pub(crate) async fn list_credentials(
-    _: AdminAuth,
-    State(state): State<AppState>,
-    ApiPath(account_id): ApiPath<String>,
-    query: QueryParams,
-) -> ApiResult {
-    let page = query.only(&["cursor", "limit"])?.page()?;
-    let credentials = state.store().list_credentials(&account_id, &page).await?;
-    json(StatusCode::OK, PageBody::<CredentialBody>::of(&credentials))
+/// Declares the listing of an account's collection that takes only the
+/// paging parameters. Such listings differ only in their names, tag, body and
+/// store method, so their documentation and handler are written once here.
+macro_rules! paged_account_listing {
+    (
+        $(#[doc = $doc:tt])*
+        $handler:ident: $auth:ident, $path:tt, tag $tag:tt,
+        $described:tt => PageBody<$body:ident>, $list:ident
+    ) => {
+        $(#[doc = $doc])*
+        #[utoipa::path(
+            get, path = $path, tag = $tag,
+            params(
+                ("account_id" = String, Path),
+                PageParams,
+            ),
+            responses(
+                (status = 200, description = $described, body = PageBody<$body>),
+                (status = 400, description = "`invalid_limit`, `invalid_cursor` or `invalid_query`", body = ErrorBody),
+                (status = 404, description = "`account_not_found`", body = ErrorBody),
+            ),
+        )]
+        pub(crate) async fn $handler(
+            _: $auth,
+            State(state): State<AppState>,
+            ApiPath(account_id): ApiPath<String>,
+            query: QueryParams,
+        ) -> ApiResult {
+            let page = query.only(&["cursor", "limit"])?.page()?;
+            let items = state.store().$list(&account_id, &page).await?;
+            json(StatusCode::OK, PageBody::<$body>::of(&items))
+        }
+    };
 }
 
-/// The account's credits in `credit_id` order, with the units each added.
-#[utoipa::path(
-    get, path = "/v1/accounts/{account_id}/credits", tag = "accounts",
-    params(
-        ("account_id" = String, Path),
-        PageParams,
-    ),
-    responses(
-        (status = 200, description = "One page of credits", body = PageBody<CreditBody>),
-        (status = 400, description = "`invalid_limit`, `invalid_cursor` or `invalid_query`", body = ErrorBody),
-        (status = 404, description = "`account_not_found`", body = ErrorBody),
-    ),
-)]
-pub(crate) async fn list_credits(
-    _: AdminAuth,
-    State(state): State<AppState>,
-    ApiPath(account_id): ApiPath<String>,
-    query: QueryParams,
-) -> ApiResult {
-    let page = query.only(&["cursor", "limit"])?.page()?;
-    let credits = state.store().list_credits(&account_id, &page).await?;
-    json(StatusCode::OK, PageBody::<CreditBody>::of(&credits))
+paged_account_listing! {
+    /// The account's credentials in `credential_id` order, without their keys.
+    list_credentials: AdminAuth, "/v1/accounts/{account_id}/credentials", tag "credentials",
+    "One page of credentials" => PageBody<CredentialBody>, list_credentials
+}
+
+paged_account_listing! {
+    /// The account's credits in `credit_id` order, with the units each added.
+    list_credits: AdminAuth, "/v1/accounts/{account_id}/credits", tag "accounts",
+    "One page of credits" => PageBody<CreditBody>, list_credits
 }
