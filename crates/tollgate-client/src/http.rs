@@ -181,7 +181,7 @@ impl TollgateClient {
 
     /// `GET /v1/accounts/{account_id}` (gateway).
     pub async fn account(&self, account_id: &str) -> Result<AccountBody, ClientError> {
-        self.json(Method::GET, &["v1", "accounts", account_id], None::<&()>).await.map(|(_, account)| account)
+        self.get(&["v1", "accounts", account_id]).await
     }
 
     /// `POST /v1/accounts/{account_id}/credits` (admin), idempotent on `credit_id`.
@@ -201,8 +201,7 @@ impl TollgateClient {
 
     /// `GET /v1/accounts/{account_id}/credentials/{credential_id}` (admin).
     pub async fn credential(&self, account_id: &str, credential_id: &str) -> Result<CredentialBody, ClientError> {
-        let path = ["v1", "accounts", account_id, "credentials", credential_id];
-        self.json(Method::GET, &path, None::<&()>).await.map(|(_, c)| c)
+        self.get(&["v1", "accounts", account_id, "credentials", credential_id]).await
     }
 
     /// `POST /v1/accounts/{account_id}/credentials/{credential_id}/revoke` (admin).
@@ -242,8 +241,7 @@ impl TollgateClient {
     /// `GET /v1/accounts/{account_id}/leases/{lease_id}` (gateway), without
     /// the capability.
     pub async fn lease(&self, account_id: &str, lease_id: &str) -> Result<LeaseBody, ClientError> {
-        let path = ["v1", "accounts", account_id, "leases", lease_id];
-        self.json(Method::GET, &path, None::<&()>).await.map(|(_, l)| l)
+        self.get(&["v1", "accounts", account_id, "leases", lease_id]).await
     }
 
     /// `POST /v1/accounts/{account_id}/leases/{lease_id}/release` (gateway).
@@ -297,17 +295,17 @@ impl TollgateClient {
 
     /// `GET /v1/admin/check` (admin): readiness, conservation, legacy bounds.
     pub async fn check(&self) -> Result<CheckBody, ClientError> {
-        self.json(Method::GET, &["v1", "admin", "check"], None::<&()>).await.map(|(_, c)| c)
+        self.get(&["v1", "admin", "check"]).await
     }
 
     /// `GET /healthz`.
     pub async fn healthz(&self) -> Result<HealthBody, ClientError> {
-        self.json(Method::GET, &["healthz"], None::<&()>).await.map(|(_, h)| h)
+        self.get(&["healthz"]).await
     }
 
     /// `GET /readyz`: an error with code `not_ready` while storage is not ready.
     pub async fn readyz(&self) -> Result<ReadyBody, ClientError> {
-        self.json(Method::GET, &["readyz"], None::<&()>).await.map(|(_, r)| r)
+        self.get(&["readyz"]).await
     }
 
     /// `GET /metrics`: the Prometheus text exposition.
@@ -324,7 +322,7 @@ impl TollgateClient {
 
     /// `GET /openapi.json`: the OpenAPI document.
     pub async fn openapi(&self) -> Result<serde_json::Value, ClientError> {
-        self.json(Method::GET, &["openapi.json"], None::<&()>).await.map(|(_, doc)| doc)
+        self.get(&["openapi.json"]).await
     }
 
     /// The URL of a route. Each segment is percent-encoded, so an identifier
@@ -366,6 +364,11 @@ impl TollgateClient {
                 result => return result.map(|(_, value)| value),
             }
         }
+    }
+
+    /// A `GET` of one JSON body; the status of a success says nothing more.
+    async fn get<T: DeserializeOwned>(&self, segments: &[&str]) -> Result<T, ClientError> {
+        self.json(Method::GET, segments, None::<&()>).await.map(|(_, body)| body)
     }
 
     async fn json<B: Serialize, T: DeserializeOwned>(
