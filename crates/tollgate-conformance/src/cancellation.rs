@@ -26,7 +26,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use jiff::Timestamp;
 use tokio::sync::Notify;
 use tollgate_core::UsageEvent;
-use tollgate_store::{Idempotency, IdempotencyKey, IssuedLease, Store};
+use tollgate_store::{Acquisition, Consolidation, Idempotency, IdempotencyKey, IssuedLease, Release, Store};
 
 use crate::support::{Ledger, handle, leased, ledger, secs, ts};
 
@@ -96,16 +96,25 @@ fn operation<'a, S: Store>(store: &'a S, name: &'static str, f: &'a Fixture) -> 
         "acquire" => Box::pin(async move { store.acquire(&f.account_id, 10, secs(60), now).await.done() }),
         "acquire_keyed" => Box::pin(async move {
             let key = keyed(f);
-            store.acquire_idempotent(Some(&key), &f.account_id, 10, secs(60), now).await.done()
+            store
+                .acquire_idempotent(
+                    Some(&key),
+                    Acquisition { account_id: &f.account_id, units: 10, ttl: secs(60) },
+                    now,
+                )
+                .await
+                .done()
         }),
         "release_keyed" => Box::pin(async move {
             let (key, live) = (keyed(f), &f.live);
             store
                 .release_idempotent(
                     Some(&key),
-                    &live.lease.account_id,
-                    &live.lease.lease_id,
-                    live.capability.expose(),
+                    Release {
+                        account_id: &live.lease.account_id,
+                        lease_id: &live.lease.lease_id,
+                        capability: live.capability.expose(),
+                    },
                     now,
                 )
                 .await
@@ -113,7 +122,19 @@ fn operation<'a, S: Store>(store: &'a S, name: &'static str, f: &'a Fixture) -> 
         }),
         "consolidate_keyed" => Box::pin(async move {
             let key = keyed(f);
-            store.consolidate_idempotent(Some(&key), &f.account_id, &[handle(&f.live)], 5, secs(60), now).await.done()
+            store
+                .consolidate_idempotent(
+                    Some(&key),
+                    Consolidation {
+                        account_id: &f.account_id,
+                        sources: &[handle(&f.live)],
+                        extra_units: 5,
+                        ttl: secs(60),
+                    },
+                    now,
+                )
+                .await
+                .done()
         }),
         "issue_credential_keyed" => Box::pin(async move {
             let key = keyed(f);

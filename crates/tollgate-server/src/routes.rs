@@ -17,7 +17,7 @@ use tollgate_api::{
     SettlementBody, StorageBody, VerifyRequest, VerifyResponse,
 };
 use tollgate_core::{BATCH_EVENTS_MAX, Error, IngestError, UsageEvent};
-use tollgate_store::{IssuedLease, LeaseHandle};
+use tollgate_store::{Acquisition, Consolidation, IssuedLease, LeaseHandle, Release};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -281,7 +281,14 @@ pub(crate) async fn acquire(
 ) -> ApiResult {
     let store = state.store();
     let now = state.now();
-    let issued = match store.acquire_idempotent(idempotency.as_ref(), &account_id, body.units, body.ttl, now).await {
+    let issued = match store
+        .acquire_idempotent(
+            idempotency.as_ref(),
+            Acquisition { account_id: &account_id, units: body.units, ttl: body.ttl },
+            now,
+        )
+        .await
+    {
         Err(refused @ Error::InsufficientBalance { .. }) => {
             webhooks::note_refusal(&state, &account_id, now).await;
             return Err(refused.into());
@@ -333,8 +340,13 @@ pub(crate) async fn release(
     ApiJson(body): ApiJson<ReleaseRequest>,
 ) -> ApiResult {
     let (store, now) = (state.store(), state.now());
-    let released =
-        store.release_idempotent(idempotency.as_ref(), &account_id, &lease_id, &body.capability, now).await?;
+    let released = store
+        .release_idempotent(
+            idempotency.as_ref(),
+            Release { account_id: &account_id, lease_id: &lease_id, capability: &body.capability },
+            now,
+        )
+        .await?;
     state.metrics().count_leases(LeaseEvent::Released, 1);
     let s = released.settlement;
     json(
@@ -377,7 +389,11 @@ pub(crate) async fn consolidate(
     let (extra_units, ttl, now) = (body.extra_units, body.ttl, state.now());
     let consolidated = state
         .store()
-        .consolidate_idempotent(idempotency.as_ref(), &account_id, &sources, extra_units, ttl, now)
+        .consolidate_idempotent(
+            idempotency.as_ref(),
+            Consolidation { account_id: &account_id, sources: &sources, extra_units, ttl },
+            now,
+        )
         .await?;
     state.metrics().count_leases(LeaseEvent::Consolidated, consolidated.settlements.len() as u64);
     state.metrics().count_leases(LeaseEvent::Acquired, 1);

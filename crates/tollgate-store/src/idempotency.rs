@@ -22,7 +22,8 @@ use jiff::{SignedDuration, Timestamp};
 use sha2::{Digest, Sha256};
 use tollgate_core::{Credential, Error};
 
-use crate::model::{Consolidated, IssuedCredential, IssuedLease, LeaseHandle, Released};
+use crate::model::{Consolidated, IssuedCredential, IssuedLease, Released};
+use crate::requests::{Acquisition, Consolidation, Release};
 
 mod answer;
 
@@ -74,9 +75,9 @@ pub struct Idempotency {
 /// a retry happens later by nature.
 #[derive(Debug, Clone, Copy)]
 pub enum Request<'a> {
-    Acquire { account_id: &'a str, units: u64, ttl: SignedDuration },
-    Release { account_id: &'a str, lease_id: &'a str, capability: &'a str },
-    Consolidate { account_id: &'a str, sources: &'a [LeaseHandle], extra_units: u64, ttl: SignedDuration },
+    Acquire(Acquisition<'a>),
+    Release(Release<'a>),
+    Consolidate(Consolidation<'a>),
     IssueCredential { account_id: &'a str, label: &'a str },
     RevokeCredential { account_id: &'a str, credential_id: &'a str },
 }
@@ -84,9 +85,9 @@ pub enum Request<'a> {
 impl Request<'_> {
     fn operation(&self) -> &'static str {
         match self {
-            Request::Acquire { .. } => "acquire",
-            Request::Release { .. } => "release",
-            Request::Consolidate { .. } => "consolidate",
+            Request::Acquire(_) => "acquire",
+            Request::Release(_) => "release",
+            Request::Consolidate(_) => "consolidate",
             Request::IssueCredential { .. } => "issue_credential",
             Request::RevokeCredential { .. } => "revoke_credential",
         }
@@ -95,9 +96,9 @@ impl Request<'_> {
     /// The account the request names, which its record is stored under.
     pub fn account_id(&self) -> &str {
         match self {
-            Request::Acquire { account_id, .. }
-            | Request::Release { account_id, .. }
-            | Request::Consolidate { account_id, .. }
+            Request::Acquire(Acquisition { account_id, .. })
+            | Request::Release(Release { account_id, .. })
+            | Request::Consolidate(Consolidation { account_id, .. })
             | Request::IssueCredential { account_id, .. }
             | Request::RevokeCredential { account_id, .. } => account_id,
         }
@@ -107,31 +108,33 @@ impl Request<'_> {
     /// that is not itself an account.
     fn resource_account(&self) -> Option<&str> {
         match self {
-            Request::Release { account_id, .. } | Request::RevokeCredential { account_id, .. } => Some(account_id),
-            Request::Acquire { .. } | Request::Consolidate { .. } | Request::IssueCredential { .. } => None,
+            Request::Release(Release { account_id, .. }) | Request::RevokeCredential { account_id, .. } => {
+                Some(account_id)
+            }
+            Request::Acquire(_) | Request::Consolidate(_) | Request::IssueCredential { .. } => None,
         }
     }
 
     /// The resource the request names, which scopes its key.
     pub fn resource(&self) -> &str {
         match self {
-            Request::Acquire { account_id, .. }
-            | Request::Consolidate { account_id, .. }
+            Request::Acquire(Acquisition { account_id, .. })
+            | Request::Consolidate(Consolidation { account_id, .. })
             | Request::IssueCredential { account_id, .. } => account_id,
-            Request::Release { lease_id, .. } => lease_id,
+            Request::Release(Release { lease_id, .. }) => lease_id,
             Request::RevokeCredential { credential_id, .. } => credential_id,
         }
     }
 
     fn write_arguments(&self, canon: &mut Canon) {
         match *self {
-            Request::Acquire { account_id, units, ttl } => {
+            Request::Acquire(Acquisition { account_id, units, ttl }) => {
                 canon.text(account_id).number(units).duration(ttl);
             }
-            Request::Release { lease_id, capability, .. } => {
+            Request::Release(Release { lease_id, capability, .. }) => {
                 canon.text(lease_id).text(capability);
             }
-            Request::Consolidate { account_id, sources, extra_units, ttl } => {
+            Request::Consolidate(Consolidation { account_id, sources, extra_units, ttl }) => {
                 canon.text(account_id).number(sources.len() as u64);
                 for source in sources {
                     canon.text(&source.lease_id).text(&source.capability);

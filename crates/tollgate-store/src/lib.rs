@@ -10,6 +10,7 @@ mod idempotency;
 mod memory;
 mod model;
 mod outbox;
+mod requests;
 mod secrets;
 
 pub use idempotency::{
@@ -27,6 +28,7 @@ pub use outbox::{
     AttemptResult, ClaimedDelivery, Delivery, DeliveryState, IssuedEndpoint, Outbox, OutboxCounts, WebhookEndpoint,
     WebhookKey, derive_entries, event_body, new_delivery_id, new_endpoint_id, new_rule_id, new_webhook_secret,
 };
+pub use requests::{Acquisition, Consolidation, Release};
 pub use secrets::{new_capability, new_credential_id, new_credential_key, new_lease_id};
 
 use async_trait::async_trait;
@@ -78,9 +80,7 @@ pub trait Store: UsageSink + Outbox {
     async fn acquire_idempotent(
         &self,
         idempotency: Option<&Idempotency>,
-        account_id: &str,
-        units: u64,
-        ttl: SignedDuration,
+        request: Acquisition<'_>,
         now: Timestamp,
     ) -> Result<IssuedLease, Error>;
     async fn acquire(
@@ -90,16 +90,14 @@ pub trait Store: UsageSink + Outbox {
         ttl: SignedDuration,
         now: Timestamp,
     ) -> Result<IssuedLease, Error> {
-        self.acquire_idempotent(None, account_id, units, ttl, now).await
+        self.acquire_idempotent(None, Acquisition { account_id, units, ttl }, now).await
     }
     /// Settles the lease `lease_id` of `account_id`. A lease of another
     /// account is `lease_not_found`, exactly as an unknown lease is.
     async fn release_idempotent(
         &self,
         idempotency: Option<&Idempotency>,
-        account_id: &str,
-        lease_id: &str,
-        capability: &str,
+        request: Release<'_>,
         now: Timestamp,
     ) -> Result<Released, Error>;
     async fn release(
@@ -109,17 +107,14 @@ pub trait Store: UsageSink + Outbox {
         capability: &str,
         now: Timestamp,
     ) -> Result<Released, Error> {
-        self.release_idempotent(None, account_id, lease_id, capability, now).await
+        self.release_idempotent(None, Release { account_id, lease_id, capability }, now).await
     }
     /// Every source lease is looked up under `account_id`: one of another
     /// account is `lease_not_found`.
     async fn consolidate_idempotent(
         &self,
         idempotency: Option<&Idempotency>,
-        account_id: &str,
-        sources: &[LeaseHandle],
-        extra_units: u64,
-        ttl: SignedDuration,
+        request: Consolidation<'_>,
         now: Timestamp,
     ) -> Result<Consolidated, Error>;
     async fn consolidate(
@@ -130,7 +125,7 @@ pub trait Store: UsageSink + Outbox {
         ttl: SignedDuration,
         now: Timestamp,
     ) -> Result<Consolidated, Error> {
-        self.consolidate_idempotent(None, account_id, sources, extra_units, ttl, now).await
+        self.consolidate_idempotent(None, Consolidation { account_id, sources, extra_units, ttl }, now).await
     }
     /// Settles at most `limit` (and at most the policy's batch bound) due leases.
     async fn reclaim(&self, now: Timestamp, limit: u32) -> Result<ReclaimReport, Error>;

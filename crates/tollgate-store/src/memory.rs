@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 use tollgate_core::ids::validate_label;
 use tollgate_core::journal::{EntryIds, EntryKind};
 use tollgate_core::ledger::{self, LeaseState};
@@ -28,9 +28,10 @@ use tollgate_core::{
 use crate::Store;
 use crate::idempotency::{Claim, IDEMPOTENCY_PURGE_BATCH_MAX, Idempotency, Replayable, Request};
 use crate::model::{
-    AccountView, CheckReport, Consolidated, CreditReceipt, IssuedCredential, IssuedLease, JournalPage, LeaseHandle,
-    LeaseSummary, ReclaimReport, Released, SkippedLease, StorageStatus, Verification,
+    AccountView, CheckReport, Consolidated, CreditReceipt, IssuedCredential, IssuedLease, JournalPage, LeaseSummary,
+    ReclaimReport, Released, SkippedLease, StorageStatus, Verification,
 };
+use crate::requests::{Acquisition, Consolidation, Release};
 use crate::secrets::{new_capability, new_credential_id, new_credential_key};
 
 mod check;
@@ -348,14 +349,12 @@ impl Store for MemoryStore {
     async fn acquire_idempotent(
         &self,
         idempotency: Option<&Idempotency>,
-        account_id: &str,
-        units: u64,
-        ttl: SignedDuration,
+        request: Acquisition<'_>,
         now: Timestamp,
     ) -> Result<IssuedLease, Error> {
-        let request = Request::Acquire { account_id, units, ttl };
+        let Acquisition { account_id, units, ttl } = request;
         let fresh = FreshLease::new();
-        self.run(idempotency, request, now, |state| {
+        self.run(idempotency, Request::Acquire(request), now, |state| {
             let mut account = state.account(account_id)?.clone();
             let grant = ledger::acquire(&mut account, units, ttl, now, &self.policy, DOMAIN)?;
             let (issued, key) = state.grant_lease(account_id, grant, fresh);
@@ -367,13 +366,12 @@ impl Store for MemoryStore {
     async fn release_idempotent(
         &self,
         idempotency: Option<&Idempotency>,
-        account_id: &str,
-        lease_id: &str,
-        capability: &str,
+        request: Release<'_>,
         now: Timestamp,
     ) -> Result<Released, Error> {
+        let Release { account_id, lease_id, capability } = request;
         let presented = SecretHash::of(capability);
-        self.run(idempotency, Request::Release { account_id, lease_id, capability }, now, |state| {
+        self.run(idempotency, Request::Release(request), now, |state| {
             let mut lease = state.held_lease(account_id, lease_id, &presented)?;
             let mut account = state.account(&lease.account_id).map_err(|_| orphan(&lease))?.clone();
             let settlement = ledger::release(&mut account, &mut lease, now, &self.policy, DOMAIN)?;
@@ -386,16 +384,13 @@ impl Store for MemoryStore {
     async fn consolidate_idempotent(
         &self,
         idempotency: Option<&Idempotency>,
-        account_id: &str,
-        sources: &[LeaseHandle],
-        extra_units: u64,
-        ttl: SignedDuration,
+        request: Consolidation<'_>,
         now: Timestamp,
     ) -> Result<Consolidated, Error> {
-        let request = Request::Consolidate { account_id, sources, extra_units, ttl };
+        let Consolidation { account_id, sources, extra_units, ttl } = request;
         let presented: Vec<SecretHash> = sources.iter().map(|handle| SecretHash::of(&handle.capability)).collect();
         let fresh = FreshLease::new();
-        self.run(idempotency, request, now, |state| {
+        self.run(idempotency, Request::Consolidate(request), now, |state| {
             let mut account = state.account(account_id)?.clone();
             let mut leases = sources
                 .iter()

@@ -2,7 +2,7 @@
 //! nothing again; a key reused for another request changes nothing.
 
 use tollgate_core::{Error, LeaseState};
-use tollgate_store::{Idempotency, IdempotencyKey, Store};
+use tollgate_store::{Acquisition, Consolidation, Idempotency, IdempotencyKey, Release, Store};
 
 use super::T0;
 use crate::StoreFactory;
@@ -25,37 +25,58 @@ pub async fn keyed_acquire_replays_once_and_refuses_reuse<F: StoreFactory>(f: &F
     funded(&s, "acct", 100).await;
     funded(&s, "other", 100).await;
     let k = key("3f0c1a52-0d1e-4c2b-9a7e-6b5d4c3b2a19");
-    let first = s.acquire_idempotent(Some(&k), "acct", 10, secs(30), ts(T0)).await.unwrap();
+    let first = s
+        .acquire_idempotent(Some(&k), Acquisition { account_id: "acct", units: 10, ttl: secs(30) }, ts(T0))
+        .await
+        .unwrap();
     let once =
         Ledger { credited: 100, available: 90, reserved: 10, next_fence: 2, active_leases: 1, ..Ledger::default() };
     assert_ledger(&s, "acct", once).await;
 
     // A retry later, even after the lease was used up, is the original answer.
-    let retry = s.acquire_idempotent(Some(&k), "acct", 10, secs(30), ts(T0 + 5)).await.unwrap();
+    let retry = s
+        .acquire_idempotent(Some(&k), Acquisition { account_id: "acct", units: 10, ttl: secs(30) }, ts(T0 + 5))
+        .await
+        .unwrap();
     assert_eq!(retry, first, "same lease id, fence, expiry and capability");
     assert_ledger(&s, "acct", once).await;
 
     // The same key with other arguments changes nothing.
-    let reused = s.acquire_idempotent(Some(&k), "acct", 11, secs(30), ts(T0 + 5)).await;
+    let reused =
+        s.acquire_idempotent(Some(&k), Acquisition { account_id: "acct", units: 11, ttl: secs(30) }, ts(T0 + 5)).await;
     assert_eq!(reused.unwrap_err(), Error::IdempotencyKeyReused);
-    let reused = s.acquire_idempotent(Some(&k), "acct", 10, secs(31), ts(T0 + 5)).await;
+    let reused =
+        s.acquire_idempotent(Some(&k), Acquisition { account_id: "acct", units: 10, ttl: secs(31) }, ts(T0 + 5)).await;
     assert_eq!(reused.unwrap_err(), Error::IdempotencyKeyReused);
     assert_ledger(&s, "acct", once).await;
 
     // Keys are scoped by account: the same key elsewhere is a new request.
-    let elsewhere = s.acquire_idempotent(Some(&k), "other", 10, secs(30), ts(T0)).await.unwrap();
+    let elsewhere = s
+        .acquire_idempotent(Some(&k), Acquisition { account_id: "other", units: 10, ttl: secs(30) }, ts(T0))
+        .await
+        .unwrap();
     assert_ne!(elsewhere.lease.lease_id, first.lease.lease_id);
     assert_ledger(&s, "other", once).await;
 
     // At the end of retention the key is new again.
-    let renewed = s.acquire_idempotent(Some(&k), "acct", 10, secs(30), ts(expired_at_t0())).await.unwrap();
+    let renewed = s
+        .acquire_idempotent(Some(&k), Acquisition { account_id: "acct", units: 10, ttl: secs(30) }, ts(expired_at_t0()))
+        .await
+        .unwrap();
     assert_ne!(renewed.lease.lease_id, first.lease.lease_id);
     assert_eq!(renewed.lease.fencing_token, 2);
     let twice =
         Ledger { credited: 100, available: 80, reserved: 20, next_fence: 3, active_leases: 2, ..Ledger::default() };
     assert_ledger(&s, "acct", twice).await;
     // And the renewed record answers its own retries.
-    let retry = s.acquire_idempotent(Some(&k), "acct", 10, secs(30), ts(expired_at_t0() + 1)).await.unwrap();
+    let retry = s
+        .acquire_idempotent(
+            Some(&k),
+            Acquisition { account_id: "acct", units: 10, ttl: secs(30) },
+            ts(expired_at_t0() + 1),
+        )
+        .await
+        .unwrap();
     assert_eq!(retry, renewed);
     assert_ledger(&s, "acct", twice).await;
 }
@@ -69,7 +90,11 @@ pub async fn keyed_release_and_consolidate_replay_without_settling_twice<F: Stor
     let k = key("release-key-0001");
 
     let released = s
-        .release_idempotent(Some(&k), &a.lease.account_id, &a.lease.lease_id, a.capability.expose(), ts(T0 + 1))
+        .release_idempotent(
+            Some(&k),
+            Release { account_id: &a.lease.account_id, lease_id: &a.lease.lease_id, capability: a.capability.expose() },
+            ts(T0 + 1),
+        )
         .await
         .unwrap();
     assert_eq!(released.lease.state, LeaseState::Released);
@@ -77,22 +102,34 @@ pub async fn keyed_release_and_consolidate_replay_without_settling_twice<F: Stor
         Ledger { credited: 100, available: 50, reserved: 50, next_fence: 4, active_leases: 2, ..Ledger::default() };
     assert_ledger(&s, "acct", after_release).await;
     // Unkeyed, a second release is refused; keyed, it is the first answer.
-    let retry =
-        s.release_idempotent(Some(&k), &a.lease.account_id, &a.lease.lease_id, a.capability.expose(), ts(T0 + 2)).await;
+    let retry = s
+        .release_idempotent(
+            Some(&k),
+            Release { account_id: &a.lease.account_id, lease_id: &a.lease.lease_id, capability: a.capability.expose() },
+            ts(T0 + 2),
+        )
+        .await;
     assert_eq!(retry.unwrap(), released);
-    let reused = s.release_idempotent(Some(&k), &a.lease.account_id, &a.lease.lease_id, "tgc_other", ts(T0 + 2)).await;
+    let reused = s
+        .release_idempotent(
+            Some(&k),
+            Release { account_id: &a.lease.account_id, lease_id: &a.lease.lease_id, capability: "tgc_other" },
+            ts(T0 + 2),
+        )
+        .await;
     assert_eq!(reused.unwrap_err(), Error::IdempotencyKeyReused);
     assert_ledger(&s, "acct", after_release).await;
 
     let k = key("consolidate-key-0001");
     let sources = [handle(&b), handle(&c)];
-    let merged = s.consolidate_idempotent(Some(&k), "acct", &sources, 5, secs(30), ts(T0 + 3)).await.unwrap();
+    let merge = Consolidation { account_id: "acct", sources: &sources, extra_units: 5, ttl: secs(30) };
+    let merged = s.consolidate_idempotent(Some(&k), merge, ts(T0 + 3)).await.unwrap();
     let after_merge =
         Ledger { credited: 100, available: 45, reserved: 55, next_fence: 5, active_leases: 1, ..Ledger::default() };
     assert_ledger(&s, "acct", after_merge).await;
-    let retry = s.consolidate_idempotent(Some(&k), "acct", &sources, 5, secs(30), ts(T0 + 4)).await.unwrap();
+    let retry = s.consolidate_idempotent(Some(&k), merge, ts(T0 + 4)).await.unwrap();
     assert_eq!(retry, merged);
-    let reused = s.consolidate_idempotent(Some(&k), "acct", &sources, 6, secs(30), ts(T0 + 4)).await;
+    let reused = s.consolidate_idempotent(Some(&k), Consolidation { extra_units: 6, ..merge }, ts(T0 + 4)).await;
     assert_eq!(reused.unwrap_err(), Error::IdempotencyKeyReused);
     assert_ledger(&s, "acct", after_merge).await;
 }
@@ -128,19 +165,30 @@ pub async fn refused_keyed_requests_record_nothing<F: StoreFactory>(f: &F) {
     let s = f.create(with_grace(nanos(0))).await;
     funded(&s, "acct", 5).await;
     let k = key("refused-key-0001");
-    let refused = s.acquire_idempotent(Some(&k), "acct", 10, secs(30), ts(T0)).await;
+    let refused =
+        s.acquire_idempotent(Some(&k), Acquisition { account_id: "acct", units: 10, ttl: secs(30) }, ts(T0)).await;
     assert_eq!(refused.unwrap_err(), Error::InsufficientBalance { available: 5, requested: 10 });
     s.credit("acct", "top-up", 5, jiff::Timestamp::UNIX_EPOCH).await.unwrap();
-    let granted = s.acquire_idempotent(Some(&k), "acct", 10, secs(30), ts(T0 + 1)).await.unwrap();
+    let granted = s
+        .acquire_idempotent(Some(&k), Acquisition { account_id: "acct", units: 10, ttl: secs(30) }, ts(T0 + 1))
+        .await
+        .unwrap();
     assert_eq!(granted.lease.granted, 10);
     let once =
         Ledger { credited: 10, available: 0, reserved: 10, next_fence: 2, active_leases: 1, ..Ledger::default() };
     assert_ledger(&s, "acct", once).await;
     let missing = s.revoke_credential_idempotent(Some(&k), "acct", "cred_missing", ts(T0)).await;
     assert_eq!(missing.unwrap_err(), Error::CredentialNotFound);
-    let missing = s.release_idempotent(Some(&k), "acct", "lse_missing", "tgc_any", ts(T0)).await;
+    let missing = s
+        .release_idempotent(
+            Some(&k),
+            Release { account_id: "acct", lease_id: "lse_missing", capability: "tgc_any" },
+            ts(T0),
+        )
+        .await;
     assert_eq!(missing.unwrap_err(), Error::LeaseNotFound);
-    let missing = s.acquire_idempotent(Some(&k), "nobody", 1, secs(30), ts(T0)).await;
+    let missing =
+        s.acquire_idempotent(Some(&k), Acquisition { account_id: "nobody", units: 1, ttl: secs(30) }, ts(T0)).await;
     assert_eq!(missing.unwrap_err(), Error::AccountNotFound);
     assert_ledger(&s, "acct", once).await;
 }
@@ -149,7 +197,13 @@ pub async fn expired_idempotency_records_are_purged_in_bounded_batches<F: StoreF
     let s = f.create(with_grace(nanos(0))).await;
     funded(&s, "acct", 100).await;
     for (i, value) in ["purge-key-1", "purge-key-2", "purge-key-3"].into_iter().enumerate() {
-        s.acquire_idempotent(Some(&key(value)), "acct", 1, secs(30), ts(T0 + i as i128)).await.unwrap();
+        s.acquire_idempotent(
+            Some(&key(value)),
+            Acquisition { account_id: "acct", units: 1, ttl: secs(30) },
+            ts(T0 + i as i128),
+        )
+        .await
+        .unwrap();
     }
     assert_eq!(s.purge_idempotency(ts(expired_at_t0() - 1), 10).await.unwrap(), 0, "nothing expired yet");
     assert_eq!(s.purge_idempotency(ts(expired_at_t0() + 1), 10).await.unwrap(), 2);

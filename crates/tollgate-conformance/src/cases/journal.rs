@@ -6,7 +6,7 @@
 
 use tollgate_core::journal::{EntryIds, EntryKind};
 use tollgate_core::{Entry, Error, LeaseState, PageLimit};
-use tollgate_store::{Idempotency, IdempotencyKey, Store, UsageSink};
+use tollgate_store::{Acquisition, Idempotency, IdempotencyKey, Release, Store, UsageSink};
 
 use super::T0;
 use crate::StoreFactory;
@@ -147,14 +147,27 @@ pub async fn keyed_replays_write_no_new_entry<F: StoreFactory>(f: &F) {
     let now = ts(T0);
     let key = |value: &str| Idempotency { key: IdempotencyKey::parse(value).expect("key"), retention: secs(60) };
     let (k1, k2) = (key("journal-acquire-1"), key("journal-release-1"));
-    let first = s.acquire_idempotent(Some(&k1), "acct", 10, secs(60), now).await.unwrap();
-    assert_eq!(s.acquire_idempotent(Some(&k1), "acct", 10, secs(60), now).await.unwrap(), first);
-    let reused = s.acquire_idempotent(Some(&k1), "acct", 11, secs(60), now).await;
+    let first = s
+        .acquire_idempotent(Some(&k1), Acquisition { account_id: "acct", units: 10, ttl: secs(60) }, now)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.acquire_idempotent(Some(&k1), Acquisition { account_id: "acct", units: 10, ttl: secs(60) }, now)
+            .await
+            .unwrap(),
+        first
+    );
+    let reused =
+        s.acquire_idempotent(Some(&k1), Acquisition { account_id: "acct", units: 11, ttl: secs(60) }, now).await;
     assert_eq!(reused.unwrap_err(), Error::IdempotencyKeyReused);
     let (id, capability) = (first.lease.lease_id.as_str(), first.capability.expose());
-    let released = s.release_idempotent(Some(&k2), "acct", id, capability, now).await.unwrap();
+    let released =
+        s.release_idempotent(Some(&k2), Release { account_id: "acct", lease_id: id, capability }, now).await.unwrap();
     assert_eq!(released.lease.state, LeaseState::Released);
-    assert_eq!(s.release_idempotent(Some(&k2), "acct", id, capability, now).await.unwrap(), released);
+    assert_eq!(
+        s.release_idempotent(Some(&k2), Release { account_id: "acct", lease_id: id, capability }, now).await.unwrap(),
+        released
+    );
     assert_ledger(&s, "acct", Ledger { credited: 30, available: 30, next_fence: 2, ..Ledger::default() }).await;
     let entries = journal(&s, "acct").await;
     assert_eq!(kinds(&entries), ["credit", "acquire", "release"]);

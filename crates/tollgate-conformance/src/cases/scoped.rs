@@ -3,7 +3,7 @@
 //! changes; a key whose account part was altered is unknown.
 
 use tollgate_core::{Error, LeaseState};
-use tollgate_store::{Idempotency, IdempotencyKey, Store};
+use tollgate_store::{Idempotency, IdempotencyKey, Release, Store};
 
 use super::T0;
 use crate::StoreFactory;
@@ -34,7 +34,13 @@ pub async fn a_lease_under_another_account_is_not_found_and_nothing_changes<F: S
     for account in ["b", "ghost"] {
         assert_eq!(s.lease(account, id).await.unwrap_err(), Error::LeaseNotFound, "{account}");
         assert_eq!(s.release(account, id, capability, now).await.unwrap_err(), Error::LeaseNotFound, "{account}");
-        let keyed = s.release_idempotent(Some(&key("wrong-account-1")), account, id, capability, now).await;
+        let keyed = s
+            .release_idempotent(
+                Some(&key("wrong-account-1")),
+                Release { account_id: account, lease_id: id, capability },
+                now,
+            )
+            .await;
         assert_eq!(keyed.unwrap_err(), Error::LeaseNotFound, "{account}");
         assert_ledger(&s, "a", a_held).await;
         assert_ledger(&s, "b", b_held).await;
@@ -49,10 +55,14 @@ pub async fn a_lease_under_another_account_is_not_found_and_nothing_changes<F: S
     // Under its own account the same key settles it once, and the record
     // answers only there.
     let k = key("scoped-release-1");
-    let released = s.release_idempotent(Some(&k), "a", id, capability, now).await.unwrap();
+    let released =
+        s.release_idempotent(Some(&k), Release { account_id: "a", lease_id: id, capability }, now).await.unwrap();
     assert_eq!(released.lease.state, LeaseState::Released);
-    assert_eq!(s.release_idempotent(Some(&k), "a", id, capability, now).await.unwrap(), released);
-    let elsewhere = s.release_idempotent(Some(&k), "b", id, capability, now).await;
+    assert_eq!(
+        s.release_idempotent(Some(&k), Release { account_id: "a", lease_id: id, capability }, now).await.unwrap(),
+        released
+    );
+    let elsewhere = s.release_idempotent(Some(&k), Release { account_id: "b", lease_id: id, capability }, now).await;
     assert_eq!(elsewhere.unwrap_err(), Error::LeaseNotFound);
     assert_ledger(&s, "a", Ledger { available: 100, reserved: 0, active_leases: 0, ..a_held }).await;
     assert_ledger(&s, "b", b_held).await;

@@ -19,15 +19,16 @@ use std::future::Future;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 use tokio::sync::watch;
 use tollgate_core::{
     Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, Lease, LeaseFilter, Page,
     PageLimit, PageRequest, UnitDomain, UsageEvent, UsageQuery, UsageReport,
 };
 use tollgate_store::{
-    AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, JournalPage,
-    LeaseHandle, LeaseSummary, ReclaimReport, Released, StorageStatus, Store, UnlockedCounts, UsageSink, Verification,
+    AccountView, Acquisition, CheckReport, Consolidated, Consolidation, CreditReceipt, Idempotency, IssuedCredential,
+    IssuedLease, JournalPage, LeaseSummary, ReclaimReport, Release, Released, StorageStatus, Store, UnlockedCounts,
+    UsageSink, Verification,
 };
 
 use super::{Engine, PostgresStore};
@@ -152,30 +153,30 @@ impl Store for PostgresStore {
     async fn acquire_idempotent(
         &self,
         idempotency: Option<&Idempotency>,
-        account_id: &str,
-        units: u64,
-        ttl: SignedDuration,
+        request: Acquisition<'_>,
         now: Timestamp,
     ) -> Result<IssuedLease, Error> {
-        let (idempotency, account_id) = (idempotency.cloned(), account_id.to_owned());
-        self.complete(
-            move |e| async move { e.acquire_idempotent(idempotency.as_ref(), &account_id, units, ttl, now).await },
-        )
+        let Acquisition { units, ttl, .. } = request;
+        let (idempotency, account_id) = (idempotency.cloned(), request.account_id.to_owned());
+        self.complete(move |e| async move {
+            let request = Acquisition { account_id: &account_id, units, ttl };
+            e.acquire_idempotent(idempotency.as_ref(), request, now).await
+        })
         .await
     }
 
     async fn release_idempotent(
         &self,
         idempotency: Option<&Idempotency>,
-        account_id: &str,
-        lease_id: &str,
-        capability: &str,
+        request: Release<'_>,
         now: Timestamp,
     ) -> Result<Released, Error> {
         let idempotency = idempotency.cloned();
+        let Release { account_id, lease_id, capability } = request;
         let (account_id, lease_id, capability) = (account_id.to_owned(), lease_id.to_owned(), capability.to_owned());
         self.complete(move |e| async move {
-            e.release_idempotent(idempotency.as_ref(), &account_id, &lease_id, &capability, now).await
+            let request = Release { account_id: &account_id, lease_id: &lease_id, capability: &capability };
+            e.release_idempotent(idempotency.as_ref(), request, now).await
         })
         .await
     }
@@ -183,15 +184,14 @@ impl Store for PostgresStore {
     async fn consolidate_idempotent(
         &self,
         idempotency: Option<&Idempotency>,
-        account_id: &str,
-        sources: &[LeaseHandle],
-        extra_units: u64,
-        ttl: SignedDuration,
+        request: Consolidation<'_>,
         now: Timestamp,
     ) -> Result<Consolidated, Error> {
+        let Consolidation { account_id, sources, extra_units, ttl } = request;
         let (idempotency, account_id, sources) = (idempotency.cloned(), account_id.to_owned(), sources.to_vec());
         self.complete(move |e| async move {
-            e.consolidate_idempotent(idempotency.as_ref(), &account_id, &sources, extra_units, ttl, now).await
+            let request = Consolidation { account_id: &account_id, sources: &sources, extra_units, ttl };
+            e.consolidate_idempotent(idempotency.as_ref(), request, now).await
         })
         .await
     }

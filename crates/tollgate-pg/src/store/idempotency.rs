@@ -72,10 +72,8 @@ impl Engine {
     /// One that PostgreSQL cannot store is the operation's own refusal.
     fn account_of<'r>(request: &'r Request<'_>) -> Result<&'r str, Error> {
         let missing = match request {
-            Request::Acquire { .. } | Request::Consolidate { .. } | Request::IssueCredential { .. } => {
-                Error::AccountNotFound
-            }
-            Request::Release { .. } => Error::LeaseNotFound,
+            Request::Acquire(_) | Request::Consolidate(_) | Request::IssueCredential { .. } => Error::AccountNotFound,
+            Request::Release(_) => Error::LeaseNotFound,
             Request::RevokeCredential { .. } => Error::CredentialNotFound,
         };
         let account_id = request.account_id();

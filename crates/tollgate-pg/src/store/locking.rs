@@ -5,14 +5,14 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 use sqlx::PgConnection;
 use tollgate_core::journal::EntryKind::{Acquire, Consolidate, Reclaim, Release};
 use tollgate_core::ledger;
 use tollgate_core::{Account, Change, EntryIds, Error, InstantPair, Lease};
 use tollgate_store::{
-    Consolidated, IssuedLease, LeaseHandle, ReclaimReport, ReclaimedLease, Released, SkippedLease, new_capability,
-    new_lease_id,
+    Acquisition, Consolidated, Consolidation, IssuedLease, ReclaimReport, ReclaimedLease, Released, SkippedLease,
+    new_capability, new_lease_id,
 };
 
 use super::errors::storage_error;
@@ -40,11 +40,10 @@ impl Engine {
     pub(super) async fn acquire_locked(
         &self,
         conn: &mut PgConnection,
-        account_id: &str,
-        units: u64,
-        ttl: SignedDuration,
+        request: Acquisition<'_>,
         now: Timestamp,
     ) -> Result<IssuedLease, Error> {
+        let Acquisition { account_id, units, ttl } = request;
         let mut account = lock_account(conn, account_id).await?;
         let before = account.clone();
         let grant = ledger::acquire(&mut account, units, ttl, now, &self.policy, DOMAIN)?;
@@ -59,11 +58,10 @@ impl Engine {
     pub(super) async fn release_locked(
         &self,
         conn: &mut PgConnection,
-        account_id: &str,
-        lease_id: &str,
-        capability: &str,
+        request: tollgate_store::Release<'_>,
         now: Timestamp,
     ) -> Result<Released, Error> {
+        let tollgate_store::Release { account_id, lease_id, capability } = request;
         let (mut account, record) = load_held(conn, LOCK_HELD_LEASE_SQL, account_id, lease_id).await?;
         let before = account.clone();
         let mut lease = held(Some(&record), capability)?;
@@ -78,12 +76,10 @@ impl Engine {
     pub(super) async fn consolidate_locked(
         &self,
         conn: &mut PgConnection,
-        account_id: &str,
-        sources: &[LeaseHandle],
-        extra_units: u64,
-        ttl: SignedDuration,
+        request: Consolidation<'_>,
         now: Timestamp,
     ) -> Result<Consolidated, Error> {
+        let Consolidation { account_id, sources, extra_units, ttl } = request;
         let mut account = lock_account(conn, account_id).await?;
         let before = account.clone();
         let lease_ids = sorted_ids(sources.iter().map(|h| h.lease_id.as_str()));

@@ -58,16 +58,16 @@ mod usage_queries;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 use sqlx::{PgConnection, PgPool};
 use tollgate_core::{
     Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, InstantPair, Lease,
     LeaseFilter, Page, PageLimit, PageRequest, ReclaimPass, UnitDomain, UsageEvent, UsageQuery, UsageReport,
 };
 use tollgate_store::{
-    AccountView, CheckReport, Consolidated, CreditReceipt, Idempotency, IssuedCredential, IssuedLease, JournalPage,
-    LeaseHandle, LeaseSummary, ReclaimReport, Released, Request, StorageStatus, Store, UnlockedCounts,
-    UnlockedOperation, UsageSink, Verification,
+    AccountView, Acquisition, CheckReport, Consolidated, Consolidation, CreditReceipt, Idempotency, IssuedCredential,
+    IssuedLease, JournalPage, LeaseSummary, ReclaimReport, Release, Released, Request, StorageStatus, Store,
+    UnlockedCounts, UnlockedOperation, UsageSink, Verification,
 };
 
 pub use connect::{ConnectError, PgStoreConfig, connect_pool};
@@ -239,44 +239,36 @@ impl Store for Engine {
     async fn acquire_idempotent(
         &self,
         idempotency: Option<&Idempotency>,
-        account_id: &str,
-        units: u64,
-        ttl: SignedDuration,
+        request: Acquisition<'_>,
         now: Timestamp,
     ) -> Result<IssuedLease, Error> {
         if let Some(idempotency) = idempotency {
-            let request = Request::Acquire { account_id, units, ttl };
-            let operation =
-                async |conn: &mut PgConnection| self.acquire_locked(conn, account_id, units, ttl, now).await;
-            return self.keyed(idempotency, request, now, operation).await;
+            let operation = async |conn: &mut PgConnection| self.acquire_locked(conn, request, now).await;
+            return self.keyed(idempotency, Request::Acquire(request), now, operation).await;
         }
-        if let Attempt::Done(issued) = self.acquire_unlocked(account_id, units, ttl, now).await? {
+        if let Attempt::Done(issued) = self.acquire_unlocked(request, now).await? {
             return Ok(issued);
         }
         self.guesses.count_fallback(UnlockedOperation::Acquire);
         let mut tx = self.begin().await?;
-        let result = self.acquire_locked(&mut tx, account_id, units, ttl, now).await;
+        let result = self.acquire_locked(&mut tx, request, now).await;
         finish(tx, result).await
     }
 
     async fn release_idempotent(
         &self,
         idempotency: Option<&Idempotency>,
-        account_id: &str,
-        lease_id: &str,
-        capability: &str,
+        request: Release<'_>,
         now: Timestamp,
     ) -> Result<Released, Error> {
-        if !storable(account_id) || !storable(lease_id) {
+        if !storable(request.account_id) || !storable(request.lease_id) {
             return Err(Error::LeaseNotFound);
         }
-        let operation =
-            async |conn: &mut PgConnection| self.release_locked(conn, account_id, lease_id, capability, now).await;
+        let operation = async |conn: &mut PgConnection| self.release_locked(conn, request, now).await;
         if let Some(idempotency) = idempotency {
-            let request = Request::Release { account_id, lease_id, capability };
-            return self.keyed(idempotency, request, now, operation).await;
+            return self.keyed(idempotency, Request::Release(request), now, operation).await;
         }
-        if let Attempt::Done(released) = self.release_unlocked(account_id, lease_id, capability, now).await? {
+        if let Attempt::Done(released) = self.release_unlocked(request, now).await? {
             return Ok(released);
         }
         self.guesses.count_fallback(UnlockedOperation::Release);
@@ -288,18 +280,12 @@ impl Store for Engine {
     async fn consolidate_idempotent(
         &self,
         idempotency: Option<&Idempotency>,
-        account_id: &str,
-        sources: &[LeaseHandle],
-        extra_units: u64,
-        ttl: SignedDuration,
+        request: Consolidation<'_>,
         now: Timestamp,
     ) -> Result<Consolidated, Error> {
-        let operation = async |conn: &mut PgConnection| {
-            self.consolidate_locked(conn, account_id, sources, extra_units, ttl, now).await
-        };
+        let operation = async |conn: &mut PgConnection| self.consolidate_locked(conn, request, now).await;
         if let Some(idempotency) = idempotency {
-            let request = Request::Consolidate { account_id, sources, extra_units, ttl };
-            return self.keyed(idempotency, request, now, operation).await;
+            return self.keyed(idempotency, Request::Consolidate(request), now, operation).await;
         }
         let mut tx = self.begin().await?;
         let result = operation(&mut tx).await;

@@ -54,13 +54,14 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 use sqlx::PgConnection;
 use tollgate_core::journal::EntryKind;
 use tollgate_core::ledger::{self, LeaseState};
 use tollgate_core::{Account, COUNTERS, Change, EntryIds, Error, InstantPair, Lease};
 use tollgate_store::{
-    IssuedLease, ReclaimReport, ReclaimedLease, Released, SkippedLease, UnlockedOperation, reclaim_read_max,
+    Acquisition, IssuedLease, ReclaimReport, ReclaimedLease, Release, Released, SkippedLease, UnlockedOperation,
+    reclaim_read_max,
 };
 
 use super::errors::{corrupt, db_i64, db_i64_delta, out_of_range, storage_error};
@@ -178,11 +179,10 @@ async fn release_if_unchanged(
 impl Engine {
     pub(super) async fn acquire_unlocked(
         &self,
-        account_id: &str,
-        units: u64,
-        ttl: SignedDuration,
+        request: Acquisition<'_>,
         now: Timestamp,
     ) -> Result<Attempt<IssuedLease>, Error> {
+        let Acquisition { account_id, units, ttl } = request;
         let mut conn = self.pool.acquire().await.map_err(storage_error)?;
         let (mut before, mut guessed) = match self.guesses.account(account_id) {
             Some(guess) => (guess, true),
@@ -249,11 +249,10 @@ impl Engine {
 
     pub(super) async fn release_unlocked(
         &self,
-        account_id: &str,
-        lease_id: &str,
-        capability: &str,
+        request: Release<'_>,
         now: Timestamp,
     ) -> Result<Attempt<Released>, Error> {
+        let Release { account_id, lease_id, capability } = request;
         let mut conn = self.pool.acquire().await.map_err(storage_error)?;
         let (mut account_before, mut record, mut guessed) = match self.guesses.held(account_id, lease_id) {
             Some((account, record)) => (account, record, true),

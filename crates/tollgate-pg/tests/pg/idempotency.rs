@@ -9,7 +9,7 @@ use sqlx::PgPool;
 use tollgate_core::{GrantPolicy, SecretHash};
 use tollgate_pg::PostgresStore;
 use tollgate_pg::testing::TestDb;
-use tollgate_store::{Idempotency, IdempotencyKey, Store};
+use tollgate_store::{Acquisition, Idempotency, IdempotencyKey, Release, Store};
 
 use crate::fixtures;
 
@@ -82,9 +82,14 @@ async fn concurrent_requests_with_one_key_apply_one_effect() {
         .await
         .expect("lock the account");
     let acquire = |s: Arc<PostgresStore>, k: Idempotency| {
-        tokio::spawn(
-            async move { s.acquire_idempotent(Some(&k), "acct", 10, SignedDuration::from_secs(60), ts(T0)).await },
-        )
+        tokio::spawn(async move {
+            s.acquire_idempotent(
+                Some(&k),
+                Acquisition { account_id: "acct", units: 10, ttl: SignedDuration::from_secs(60) },
+                ts(T0),
+            )
+            .await
+        })
     };
     let first = acquire(s.clone(), k.clone());
     let waiting = fixtures::statement_waiting_behind(s.pool(), holder_pid).await;
@@ -116,21 +121,33 @@ async fn stored_records_reveal_no_secret_and_refusals_store_nothing() {
     let s = store().await;
     funded(&s, "acct", 100).await;
     let refused = key("refused-1");
-    let refused = s.acquire_idempotent(Some(&refused), "acct", 1_000, SignedDuration::from_secs(60), ts(T0)).await;
+    let refused = s
+        .acquire_idempotent(
+            Some(&refused),
+            Acquisition { account_id: "acct", units: 1_000, ttl: SignedDuration::from_secs(60) },
+            ts(T0),
+        )
+        .await;
     assert!(refused.is_err());
     assert_eq!(stored_rows(s.pool()).await.len(), 0, "a refusal is not recorded");
 
     let lease = s
-        .acquire_idempotent(Some(&key("acquire-1")), "acct", 10, SignedDuration::from_secs(60), ts(T0))
+        .acquire_idempotent(
+            Some(&key("acquire-1")),
+            Acquisition { account_id: "acct", units: 10, ttl: SignedDuration::from_secs(60) },
+            ts(T0),
+        )
         .await
         .expect("acquired");
     let issued = s.issue_credential_idempotent(Some(&key("issue-1")), "acct", "edge", ts(T0)).await.expect("issued");
     let released = s
         .release_idempotent(
             Some(&key("release-1")),
-            &lease.lease.account_id,
-            &lease.lease.lease_id,
-            lease.capability.expose(),
+            Release {
+                account_id: &lease.lease.account_id,
+                lease_id: &lease.lease.lease_id,
+                capability: lease.capability.expose(),
+            },
             ts(T0 + 1),
         )
         .await

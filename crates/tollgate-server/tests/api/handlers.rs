@@ -13,8 +13,8 @@ use tollgate_core::{
 };
 use tollgate_server::Limits;
 use tollgate_store::{
-    AccountView, AttemptResult, CheckReport, ClaimedDelivery, Consolidated, CreditReceipt, Delivery, Idempotency,
-    IssuedCredential, IssuedLease, JournalPage, LeaseHandle, Outbox, OutboxCounts, ReclaimReport, Released,
+    AccountView, Acquisition, AttemptResult, CheckReport, ClaimedDelivery, Consolidated, Consolidation, CreditReceipt,
+    Delivery, Idempotency, IssuedCredential, IssuedLease, JournalPage, Outbox, OutboxCounts, ReclaimReport, Released,
     StorageStatus, Store, UsageSink, Verification, WebhookEndpoint,
 };
 
@@ -642,9 +642,7 @@ impl Store for FaultyStore {
     async fn acquire_idempotent(
         &self,
         _: Option<&Idempotency>,
-        _: &str,
-        _: u64,
-        _: SignedDuration,
+        _: Acquisition<'_>,
         _: Timestamp,
     ) -> Result<IssuedLease, Error> {
         self.fail().await
@@ -652,9 +650,7 @@ impl Store for FaultyStore {
     async fn release_idempotent(
         &self,
         _: Option<&Idempotency>,
-        _: &str,
-        _: &str,
-        _: &str,
+        _: tollgate_store::Release<'_>,
         _: Timestamp,
     ) -> Result<Released, Error> {
         self.fail().await
@@ -662,10 +658,7 @@ impl Store for FaultyStore {
     async fn consolidate_idempotent(
         &self,
         _: Option<&Idempotency>,
-        _: &str,
-        _: &[LeaseHandle],
-        _: u64,
-        _: SignedDuration,
+        _: Consolidation<'_>,
         _: Timestamp,
     ) -> Result<Consolidated, Error> {
         self.fail().await

@@ -2,6 +2,7 @@ use jiff::{SignedDuration, Timestamp};
 use tollgate_core::{Error, Lease, LeaseState, Secret};
 
 use super::*;
+use crate::model::LeaseHandle;
 
 fn idempotency(key: &str) -> Idempotency {
     Idempotency { key: IdempotencyKey::parse(key).unwrap(), retention: SignedDuration::from_secs(60) }
@@ -23,7 +24,8 @@ fn issued() -> IssuedLease {
     }
 }
 
-const ACQUIRE: Request<'static> = Request::Acquire { account_id: "acct", units: 10, ttl: SignedDuration::from_secs(5) };
+const ACQUIRE: Request<'static> =
+    Request::Acquire(Acquisition { account_id: "acct", units: 10, ttl: SignedDuration::from_secs(5) });
 
 #[test]
 fn keys_are_one_to_255_visible_ascii_characters() {
@@ -60,12 +62,13 @@ fn another_request_under_the_key_is_reused_and_other_keys_cannot_open() {
     let now = Timestamp::from_second(1_700_000_000).unwrap();
     let claim = Claim::new(&idempotency("key-1"), &ACQUIRE, now);
     let sealed = claim.seal(&issued().to_answer());
-    let more = Request::Acquire { account_id: "acct", units: 11, ttl: SignedDuration::from_secs(5) };
+    let more = Request::Acquire(Acquisition { account_id: "acct", units: 11, ttl: SignedDuration::from_secs(5) });
     let changed = Claim::new(&idempotency("key-1"), &more, now);
     assert_eq!(changed.lookup_id, claim.lookup_id, "the scope is the operation and the account");
     assert_eq!(changed.replay::<IssuedLease>(&claim.fingerprint, &sealed), Err(Error::IdempotencyKeyReused));
 
-    let other_account = Request::Acquire { account_id: "acct2", units: 10, ttl: SignedDuration::from_secs(5) };
+    let other_account =
+        Request::Acquire(Acquisition { account_id: "acct2", units: 10, ttl: SignedDuration::from_secs(5) });
     assert_ne!(Claim::new(&idempotency("key-1"), &other_account, now).lookup_id, claim.lookup_id);
     let other_key = Claim::new(&idempotency("key-2"), &ACQUIRE, now);
     assert_ne!(other_key.lookup_id, claim.lookup_id);
@@ -86,12 +89,17 @@ fn fingerprints_cover_every_argument_unambiguously() {
     let a_b = handles(&[("ab", "")]);
     let ttl = SignedDuration::from_secs(1);
     let requests = [
-        Request::Consolidate { account_id: "x", sources: &ab, extra_units: 0, ttl },
-        Request::Consolidate { account_id: "x", sources: &a_b, extra_units: 0, ttl },
-        Request::Consolidate { account_id: "x", sources: &ab, extra_units: 1, ttl },
-        Request::Consolidate { account_id: "x", sources: &ab, extra_units: 0, ttl: SignedDuration::from_nanos(1) },
-        Request::Release { account_id: "x", lease_id: "x", capability: "c1" },
-        Request::Release { account_id: "x", lease_id: "x", capability: "c2" },
+        Request::Consolidate(Consolidation { account_id: "x", sources: &ab, extra_units: 0, ttl }),
+        Request::Consolidate(Consolidation { account_id: "x", sources: &a_b, extra_units: 0, ttl }),
+        Request::Consolidate(Consolidation { account_id: "x", sources: &ab, extra_units: 1, ttl }),
+        Request::Consolidate(Consolidation {
+            account_id: "x",
+            sources: &ab,
+            extra_units: 0,
+            ttl: SignedDuration::from_nanos(1),
+        }),
+        Request::Release(Release { account_id: "x", lease_id: "x", capability: "c1" }),
+        Request::Release(Release { account_id: "x", lease_id: "x", capability: "c2" }),
         Request::IssueCredential { account_id: "x", label: "" },
         Request::IssueCredential { account_id: "x", label: "l" },
     ];
@@ -108,8 +116,8 @@ fn lease_and_credential_keys_are_scoped_by_their_account() {
     let key = idempotency("k");
     let pairs = [
         (
-            Request::Release { account_id: "a", lease_id: "lse_1", capability: "c" },
-            Request::Release { account_id: "b", lease_id: "lse_1", capability: "c" },
+            Request::Release(Release { account_id: "a", lease_id: "lse_1", capability: "c" }),
+            Request::Release(Release { account_id: "b", lease_id: "lse_1", capability: "c" }),
         ),
         (
             Request::RevokeCredential { account_id: "a", credential_id: "cred_1" },
@@ -117,8 +125,8 @@ fn lease_and_credential_keys_are_scoped_by_their_account() {
         ),
         // The account and the resource are separate fields of the scope.
         (
-            Request::Release { account_id: "a", lease_id: "b", capability: "c" },
-            Request::Release { account_id: "ab", lease_id: "", capability: "c" },
+            Request::Release(Release { account_id: "a", lease_id: "b", capability: "c" }),
+            Request::Release(Release { account_id: "ab", lease_id: "", capability: "c" }),
         ),
     ];
     for (first, second) in pairs {

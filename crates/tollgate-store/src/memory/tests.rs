@@ -1,3 +1,5 @@
+use jiff::SignedDuration;
+
 use super::*;
 
 fn at(ns: i64) -> Timestamp {
