@@ -27,7 +27,7 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use tokio::sync::{Semaphore, watch};
 use tollgate_core::RetryPolicy;
 use tollgate_core::alerts::signature_header;
-use tollgate_store::{AttemptResult, ClaimedDelivery, WebhookKey};
+use tollgate_store::{AttemptResult, ClaimedDelivery, DeliveryClaim, FinishedAttempt, WebhookKey};
 
 use crate::AppState;
 
@@ -259,7 +259,10 @@ impl Worker {
         };
         let state = &self.deliverer.state;
         let limit = u32::try_from(free).unwrap_or(u32::MAX);
-        let claimed = state.store().claim_deliveries(state.now(), limit, claim_for(state), &busy).await?;
+        let claimed = state
+            .store()
+            .claim_deliveries(DeliveryClaim { limit, claim_for: claim_for(state), skip: &busy }, state.now())
+            .await?;
         for delivery in claimed {
             let Ok(permit) = self.slots.clone().try_acquire_owned() else { break };
             *self
@@ -307,7 +310,14 @@ impl Deliverer {
         let now = self.state.now();
         let result = result_of(outcome, delivery, &self.state.webhooks().retry, now);
         self.state.metrics().observe_webhook_attempt(&result, delivery.created_at, now);
-        let recorded = self.state.store().finish_delivery(&delivery.delivery_id, delivery.attempt, result, now).await;
+        let recorded = self
+            .state
+            .store()
+            .finish_delivery(
+                FinishedAttempt { delivery_id: &delivery.delivery_id, attempt: delivery.attempt, result },
+                now,
+            )
+            .await;
         if let Err(error) = recorded {
             tracing::warn!(code = error.code(), %error, "recording a webhook attempt failed; it will be attempted again");
         }
@@ -343,7 +353,10 @@ pub async fn deliver_due(state: &AppState) -> Result<usize, tollgate_core::Error
     derive(state).await?;
     let deliverer = Deliverer::new(state).map_err(tollgate_core::Error::StorageUnavailable)?;
     let limit = u32::try_from(IN_FLIGHT_MAX).unwrap_or(u32::MAX);
-    let claimed = state.store().claim_deliveries(state.now(), limit, claim_for(state), &[]).await?;
+    let claimed = state
+        .store()
+        .claim_deliveries(DeliveryClaim { limit, claim_for: claim_for(state), skip: &[] }, state.now())
+        .await?;
     futures_util::future::join_all(claimed.iter().map(|delivery| deliverer.attempt(delivery))).await;
     count_deliveries(state).await;
     Ok(claimed.len())

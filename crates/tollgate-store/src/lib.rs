@@ -28,7 +28,7 @@ pub use outbox::{
     AttemptResult, ClaimedDelivery, Delivery, DeliveryState, IssuedEndpoint, Outbox, OutboxCounts, WebhookEndpoint,
     WebhookKey, derive_entries, event_body, new_delivery_id, new_endpoint_id, new_rule_id, new_webhook_secret,
 };
-pub use requests::{Acquisition, Consolidation, Release};
+pub use requests::{Acquisition, Consolidation, DeliveryClaim, FinishedAttempt, NewEndpoint, Release, SecretRotation};
 pub use secrets::{new_capability, new_credential_id, new_credential_key, new_lease_id};
 
 use async_trait::async_trait;

@@ -19,12 +19,14 @@
 use async_trait::async_trait;
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 use serde_json::json;
 use tollgate_core::alerts::{Derived, EntryView, derive, endpoint_wants};
 use tollgate_core::{
     AlertRule, COUNTER_NAMES, COUNTERS, Condition, Error, Event, EventType, Page, PageRequest, Secret,
 };
+
+use crate::requests::{DeliveryClaim, FinishedAttempt, NewEndpoint, SecretRotation};
 
 /// A webhook endpoint: where events of its types are sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,15 +162,9 @@ pub trait Outbox: Send + Sync {
     async fn alert_rules(&self, account_id: &str) -> Result<Vec<AlertRule>, Error>;
     async fn delete_alert_rule(&self, account_id: &str, rule_id: &str) -> Result<(), Error>;
 
-    /// An endpoint for `event_types` at `url`, whose secret the caller sealed.
-    /// At most `ENDPOINTS_MAX`.
-    async fn create_endpoint(
-        &self,
-        url: &str,
-        event_types: &[EventType],
-        sealed_secret: Vec<u8>,
-        now: Timestamp,
-    ) -> Result<WebhookEndpoint, Error>;
+    /// An endpoint for its `event_types` at its `url`, whose secret the caller
+    /// sealed. At most `ENDPOINTS_MAX`.
+    async fn create_endpoint(&self, endpoint: NewEndpoint<'_>, now: Timestamp) -> Result<WebhookEndpoint, Error>;
     /// Every endpoint, oldest first.
     async fn endpoints(&self) -> Result<Vec<WebhookEndpoint>, Error>;
     /// Deletes an endpoint and all its deliveries.
@@ -177,9 +173,7 @@ pub trait Outbox: Send + Sync {
     /// `previous_until`.
     async fn rotate_endpoint_secret(
         &self,
-        endpoint_id: &str,
-        sealed_secret: Vec<u8>,
-        previous_until: Timestamp,
+        rotation: SecretRotation<'_>,
         now: Timestamp,
     ) -> Result<WebhookEndpoint, Error>;
 
@@ -193,27 +187,15 @@ pub trait Outbox: Send + Sync {
     /// never stops the others. A store that derives as it journals derives
     /// nothing here.
     async fn derive_events(&self, limit: u32) -> Result<u32, Error>;
-    /// Claims up to `limit` deliveries due at `now` for one attempt each,
-    /// earliest due first, passing over those of the endpoints in `skip`,
-    /// making them due again at `now + claim_for` unless the attempt's result
-    /// is recorded first.
-    async fn claim_deliveries(
-        &self,
-        now: Timestamp,
-        limit: u32,
-        claim_for: SignedDuration,
-        skip: &[String],
-    ) -> Result<Vec<ClaimedDelivery>, Error>;
-    /// Records the result of attempt `attempt`. Returns false, recording
+    /// Claims up to the claim's `limit` deliveries due at `now` for one
+    /// attempt each, earliest due first, passing over those of the endpoints
+    /// in its `skip`, making them due again at `now + claim_for` unless the
+    /// attempt's result is recorded first.
+    async fn claim_deliveries(&self, claim: DeliveryClaim<'_>, now: Timestamp) -> Result<Vec<ClaimedDelivery>, Error>;
+    /// Records the result of the finished attempt. Returns false, recording
     /// nothing, when that attempt is no longer the delivery's latest (its claim
     /// lapsed and another attempt began) or the delivery is gone.
-    async fn finish_delivery(
-        &self,
-        delivery_id: &str,
-        attempt: u32,
-        result: AttemptResult,
-        now: Timestamp,
-    ) -> Result<bool, Error>;
+    async fn finish_delivery(&self, finished: FinishedAttempt<'_>, now: Timestamp) -> Result<bool, Error>;
     /// An endpoint's deliveries, oldest first (by delivery id).
     async fn deliveries(&self, endpoint_id: &str, page: &PageRequest) -> Result<Page<Delivery>, Error>;
     /// Makes a delivery of `endpoint_id` due now, whatever its state; its

@@ -2,10 +2,14 @@
 //! cause committed, one per crossing, to the endpoints that want its type;
 //! each delivery attempt claimed once, retried, given up and redelivered.
 
+use jiff::SignedDuration;
 use serde_json::Value;
 use tollgate_core::alerts::{ENDPOINTS_MAX, RULES_PER_ACCOUNT_MAX};
 use tollgate_core::{Condition, Error, EventType, PageLimit, PageRequest};
-use tollgate_store::{AttemptResult, ClaimedDelivery, DeliveryState, Outbox, Store, UsageSink};
+use tollgate_store::{
+    AttemptResult, ClaimedDelivery, DeliveryClaim, DeliveryState, FinishedAttempt, NewEndpoint, Outbox, SecretRotation,
+    Store, UsageSink,
+};
 
 use super::T0;
 use crate::StoreFactory;
@@ -24,10 +28,21 @@ async fn derive_all<S: Store>(s: &S) {
     while s.derive_events(1_000).await.expect("derived") == 1_000 {}
 }
 
+/// A claim of up to `limit` deliveries, each due again `claim_for` after it,
+/// passing over no endpoint.
+fn claim(limit: u32, claim_for: SignedDuration) -> DeliveryClaim<'static> {
+    DeliveryClaim { limit, claim_for, skip: &[] }
+}
+
+/// The result of attempt `attempt` of delivery `delivery_id`.
+fn finished(delivery_id: &str, attempt: u32, result: AttemptResult) -> FinishedAttempt<'_> {
+    FinishedAttempt { delivery_id, attempt, result }
+}
+
 /// Every delivery due by `LATER`, each claimed once, with its body parsed.
 async fn claim_all<S: Store>(s: &S) -> Vec<(ClaimedDelivery, Value)> {
     derive_all(s).await;
-    let claimed = s.claim_deliveries(t(LATER), 1_000, secs(60), &[]).await.expect("claimed");
+    let claimed = s.claim_deliveries(claim(1_000, secs(60)), t(LATER)).await.expect("claimed");
     claimed
         .into_iter()
         .map(|delivery| {
@@ -42,7 +57,10 @@ fn types(claimed: &[(ClaimedDelivery, Value)]) -> Vec<&str> {
 }
 
 async fn endpoint<S: Store>(s: &S, url: &str, types: &[EventType]) -> String {
-    s.create_endpoint(url, types, b"sealed".to_vec(), t(0)).await.expect("endpoint").endpoint_id
+    s.create_endpoint(NewEndpoint { url, event_types: types, sealed_secret: b"sealed".to_vec() }, t(0))
+        .await
+        .expect("endpoint")
+        .endpoint_id
 }
 
 /// A balance rule fires when `available` falls below its threshold, once
@@ -172,24 +190,24 @@ pub async fn each_delivery_attempt_is_claimed_once_and_recorded_by_its_claim<F: 
     let hook = endpoint(&s, "https://example.com/a", &[EventType::CreditReceived]).await;
     s.credit("acct", "c1", 5, t(10)).await.unwrap();
     derive_all(&s).await;
-    assert!(s.claim_deliveries(t(9), 10, secs(1), &[]).await.unwrap().is_empty());
-    let first = s.claim_deliveries(t(10), 10, nanos(100), &[]).await.unwrap();
+    assert!(s.claim_deliveries(claim(10, secs(1)), t(9)).await.unwrap().is_empty());
+    let first = s.claim_deliveries(claim(10, nanos(100)), t(10)).await.unwrap();
     assert_eq!((first.len(), first[0].attempt), (1, 1));
     assert_eq!(first[0].sealed_secrets, [b"sealed".to_vec()]);
-    assert!(s.claim_deliveries(t(10), 10, nanos(100), &[]).await.unwrap().is_empty());
-    let second = s.claim_deliveries(t(110), 10, nanos(100), &[]).await.unwrap();
+    assert!(s.claim_deliveries(claim(10, nanos(100)), t(10)).await.unwrap().is_empty());
+    let second = s.claim_deliveries(claim(10, nanos(100)), t(110)).await.unwrap();
     assert_eq!((second.len(), second[0].attempt), (1, 2));
     let id = second[0].delivery_id.clone();
     let delivered = AttemptResult::Delivered { status: 200 };
-    assert!(!s.finish_delivery(&id, 1, delivered.clone(), t(120)).await.unwrap());
+    assert!(!s.finish_delivery(finished(&id, 1, delivered.clone()), t(120)).await.unwrap());
     let retry = AttemptResult::Retry { at: t(500), error: "HTTP 503".into(), status: Some(503) };
-    assert!(s.finish_delivery(&id, 2, retry, t(120)).await.unwrap());
-    assert!(s.claim_deliveries(t(499), 10, nanos(100), &[]).await.unwrap().is_empty());
-    let third = s.claim_deliveries(t(500), 10, nanos(100), &[]).await.unwrap();
+    assert!(s.finish_delivery(finished(&id, 2, retry), t(120)).await.unwrap());
+    assert!(s.claim_deliveries(claim(10, nanos(100)), t(499)).await.unwrap().is_empty());
+    let third = s.claim_deliveries(claim(10, nanos(100)), t(500)).await.unwrap();
     assert_eq!(third[0].attempt, 3);
     let failed = AttemptResult::Failed { error: "connection refused".into(), status: None };
-    assert!(s.finish_delivery(&id, 3, failed, t(510)).await.unwrap());
-    assert!(s.claim_deliveries(t(LATER), 10, nanos(100), &[]).await.unwrap().is_empty());
+    assert!(s.finish_delivery(finished(&id, 3, failed), t(510)).await.unwrap());
+    assert!(s.claim_deliveries(claim(10, nanos(100)), t(LATER)).await.unwrap().is_empty());
 
     let log = s.deliveries(&hook, &PageRequest::default()).await.unwrap().items;
     assert_eq!(log.len(), 1);
@@ -198,9 +216,9 @@ pub async fn each_delivery_attempt_is_claimed_once_and_recorded_by_its_claim<F: 
     assert_eq!((log[0].next_attempt_at, log[0].created_at), (None, t(10)));
     let again = s.redeliver(&hook, &id, t(600)).await.unwrap();
     assert_eq!((again.state, again.next_attempt_at, again.attempts), (DeliveryState::Pending, Some(t(600)), 3));
-    let fourth = s.claim_deliveries(t(600), 10, nanos(100), &[]).await.unwrap();
+    let fourth = s.claim_deliveries(claim(10, nanos(100)), t(600)).await.unwrap();
     assert_eq!(fourth[0].attempt, 4);
-    assert!(s.finish_delivery(&id, 4, delivered, t(601)).await.unwrap());
+    assert!(s.finish_delivery(finished(&id, 4, delivered), t(601)).await.unwrap());
     let log = s.deliveries(&hook, &PageRequest::default()).await.unwrap().items;
     assert_eq!(
         (log[0].state, log[0].delivered_at, log[0].last_status),
@@ -217,16 +235,29 @@ pub async fn a_rotated_secret_signs_until_its_overlap_ends<F: StoreFactory>(f: &
     let s = f.create(with_grace(secs(1))).await;
     funded(&s, "acct", 100).await;
     let hook = endpoint(&s, "https://example.com/a", &[EventType::CreditReceived]).await;
-    let rotated = s.rotate_endpoint_secret(&hook, b"new".to_vec(), t(100), t(50)).await.unwrap();
+    let rotated = s
+        .rotate_endpoint_secret(
+            SecretRotation { endpoint_id: &hook, sealed_secret: b"new".to_vec(), previous_until: t(100) },
+            t(50),
+        )
+        .await
+        .unwrap();
     assert_eq!((rotated.rotated_at, rotated.previous_secret_until), (Some(t(50)), Some(t(100))));
     s.credit("acct", "c1", 5, t(60)).await.unwrap();
     s.credit("acct", "c2", 5, t(200)).await.unwrap();
     derive_all(&s).await;
-    let during = s.claim_deliveries(t(99), 1, secs(1), &[]).await.unwrap();
+    let during = s.claim_deliveries(claim(1, secs(1)), t(99)).await.unwrap();
     assert_eq!(during[0].sealed_secrets, [b"new".to_vec(), b"sealed".to_vec()]);
-    let after = s.claim_deliveries(t(200), 1, secs(1), &[]).await.unwrap();
+    let after = s.claim_deliveries(claim(1, secs(1)), t(200)).await.unwrap();
     assert_eq!(after[0].sealed_secrets, [b"new".to_vec()]);
-    assert_eq!(s.rotate_endpoint_secret("whe_none", vec![1], t(1), t(1)).await, Err(Error::EndpointNotFound));
+    assert_eq!(
+        s.rotate_endpoint_secret(
+            SecretRotation { endpoint_id: "whe_none", sealed_secret: vec![1], previous_until: t(1) },
+            t(1)
+        )
+        .await,
+        Err(Error::EndpointNotFound)
+    );
 }
 
 /// Rules and endpoints are validated and bounded; deleting them stops their
@@ -251,14 +282,32 @@ pub async fn rules_and_endpoints_are_validated_bounded_and_deleted<F: StoreFacto
     assert_eq!(s.delete_alert_rule("acct", &ids[0]).await, Err(Error::RuleNotFound));
     assert!(s.alert_rules("acct").await.unwrap().is_empty());
 
-    let bad = s.create_endpoint("ftp://example.com", &[EventType::CreditReceived], vec![1], t(1)).await;
+    let bad = s
+        .create_endpoint(
+            NewEndpoint { url: "ftp://example.com", event_types: &[EventType::CreditReceived], sealed_secret: vec![1] },
+            t(1),
+        )
+        .await;
     assert_eq!(bad, Err(Error::InvalidWebhookUrl));
-    assert_eq!(s.create_endpoint("https://example.com", &[], vec![1], t(1)).await, Err(Error::InvalidEventTypes));
+    assert_eq!(
+        s.create_endpoint(NewEndpoint { url: "https://example.com", event_types: &[], sealed_secret: vec![1] }, t(1))
+            .await,
+        Err(Error::InvalidEventTypes)
+    );
     let mut endpoints = Vec::new();
     for i in 0..ENDPOINTS_MAX {
         endpoints.push(endpoint(&s, &format!("https://example.com/{i}"), &[EventType::CreditReceived]).await);
     }
-    let over = s.create_endpoint("https://example.com/x", &[EventType::CreditReceived], vec![1], t(1)).await;
+    let over = s
+        .create_endpoint(
+            NewEndpoint {
+                url: "https://example.com/x",
+                event_types: &[EventType::CreditReceived],
+                sealed_secret: vec![1],
+            },
+            t(1),
+        )
+        .await;
     assert_eq!(over, Err(Error::TooManyEndpoints { max: ENDPOINTS_MAX }));
     let listed: Vec<String> = s.endpoints().await.unwrap().into_iter().map(|e| e.endpoint_id).collect();
     assert_eq!(listed, endpoints);
@@ -307,9 +356,12 @@ pub async fn a_claim_passes_over_the_endpoints_it_skips<F: StoreFactory>(f: &F) 
     let idle = endpoint(&s, "https://example.com/idle", &[EventType::CreditReceived]).await;
     s.credit("acct", "c1", 5, t(10)).await.unwrap();
     derive_all(&s).await;
-    let claimed = s.claim_deliveries(t(10), 10, secs(1), std::slice::from_ref(&busy)).await.unwrap();
+    let claimed = s
+        .claim_deliveries(DeliveryClaim { limit: 10, claim_for: secs(1), skip: std::slice::from_ref(&busy) }, t(10))
+        .await
+        .unwrap();
     assert_eq!(claimed.iter().map(|d| d.endpoint_id.as_str()).collect::<Vec<_>>(), [idle.as_str()]);
-    let rest = s.claim_deliveries(t(10), 10, secs(1), &[]).await.unwrap();
+    let rest = s.claim_deliveries(claim(10, secs(1)), t(10)).await.unwrap();
     assert_eq!(rest.iter().map(|d| d.endpoint_id.as_str()).collect::<Vec<_>>(), [busy.as_str()]);
 }
 

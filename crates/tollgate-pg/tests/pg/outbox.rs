@@ -14,9 +14,20 @@ use serde_json::Value;
 use tollgate_core::{Condition, EventType, GrantPolicy, PageRequest};
 use tollgate_pg::PostgresStore;
 use tollgate_pg::testing::TestDb;
-use tollgate_store::{AttemptResult, DeliveryState, Outbox, Store};
+use tollgate_store::{AttemptResult, DeliveryClaim, DeliveryState, FinishedAttempt, NewEndpoint, Outbox, Store};
 
 const T0: i128 = 1_700_000_000_123_456_789;
+
+/// A claim of up to `limit` deliveries, each due again `claim_for` after it,
+/// passing over no endpoint.
+fn claim(limit: u32, claim_for: SignedDuration) -> DeliveryClaim<'static> {
+    DeliveryClaim { limit, claim_for, skip: &[] }
+}
+
+/// The result of attempt `attempt` of delivery `delivery_id`.
+fn finished(delivery_id: &str, attempt: u32, result: AttemptResult) -> FinishedAttempt<'_> {
+    FinishedAttempt { delivery_id, attempt, result }
+}
 
 fn ts(ns: i128) -> Timestamp {
     Timestamp::from_nanosecond(T0 + ns).expect("instant in the domain")
@@ -36,7 +47,10 @@ async fn two_servers() -> (Arc<PostgresStore>, Arc<PostgresStore>) {
 }
 
 async fn endpoint(s: &PostgresStore, url: &str, types: &[EventType]) -> String {
-    s.create_endpoint(url, types, b"sealed".to_vec(), ts(0)).await.expect("endpoint").endpoint_id
+    s.create_endpoint(NewEndpoint { url, event_types: types, sealed_secret: b"sealed".to_vec() }, ts(0))
+        .await
+        .expect("endpoint")
+        .endpoint_id
 }
 
 /// `accounts` accounts, each credited `credits` times (one journal entry
@@ -72,7 +86,7 @@ async fn count(s: &PostgresStore, sql: &'static str) -> i64 {
 async fn claim_until_dry(s: Arc<PostgresStore>, now: Timestamp, claim_for: SignedDuration) -> Vec<(String, u32)> {
     let mut claimed = Vec::new();
     loop {
-        let batch = s.claim_deliveries(now, 7, claim_for, &[]).await.expect("claim");
+        let batch = s.claim_deliveries(claim(7, claim_for), now).await.expect("claim");
         if batch.is_empty() {
             return claimed;
         }
@@ -183,24 +197,30 @@ async fn a_lapsed_claim_is_claimed_again_and_its_late_result_is_refused() {
     credited(&one, 1, 1).await;
     derive_all(&one).await;
 
-    let first = one.claim_deliveries(ts(1_010), 10, SignedDuration::from_nanos(100), &[]).await.expect("claim");
+    let first = one.claim_deliveries(claim(10, SignedDuration::from_nanos(100)), ts(1_010)).await.expect("claim");
     assert_eq!(first.iter().map(|d| d.attempt).collect::<Vec<_>>(), [1]);
-    assert!(two.claim_deliveries(ts(1_109), 10, SignedDuration::from_secs(60), &[]).await.expect("claim").is_empty());
-    let second = two.claim_deliveries(ts(1_110), 10, SignedDuration::from_secs(60), &[]).await.expect("claim");
+    assert!(two.claim_deliveries(claim(10, SignedDuration::from_secs(60)), ts(1_109)).await.expect("claim").is_empty());
+    let second = two.claim_deliveries(claim(10, SignedDuration::from_secs(60)), ts(1_110)).await.expect("claim");
     assert_eq!(
         second.iter().map(|d| (d.delivery_id.as_str(), d.attempt)).collect::<Vec<_>>(),
         [(first[0].delivery_id.as_str(), 2)]
     );
 
     let id = &first[0].delivery_id;
-    let late = one.finish_delivery(id, 1, AttemptResult::Delivered { status: 200 }, ts(1_120)).await.expect("finish");
+    let late = one
+        .finish_delivery(finished(id, 1, AttemptResult::Delivered { status: 200 }), ts(1_120))
+        .await
+        .expect("finish");
     assert!(!late, "the lapsed attempt's result is refused");
     let log = one.deliveries(&hook, &PageRequest::default()).await.expect("log").items;
     assert_eq!((log[0].state, log[0].attempts), (DeliveryState::Pending, 2));
     assert_eq!((log[0].last_status, log[0].last_error.as_deref(), log[0].delivered_at), (None, None, None));
     assert_eq!(log[0].next_attempt_at, Some(ts(1_110) + SignedDuration::from_secs(60)));
 
-    let done = two.finish_delivery(id, 2, AttemptResult::Delivered { status: 204 }, ts(1_130)).await.expect("finish");
+    let done = two
+        .finish_delivery(finished(id, 2, AttemptResult::Delivered { status: 204 }), ts(1_130))
+        .await
+        .expect("finish");
     assert!(done);
     let log = one.deliveries(&hook, &PageRequest::default()).await.expect("log").items;
     assert_eq!(
@@ -226,7 +246,7 @@ async fn a_refusal_sees_a_rearming_entry_not_yet_derived() {
     assert_eq!(one.note_refusal("acct", ts(5)).await.expect("refusal"), 0);
     let rules = one.alert_rules("acct").await.expect("rules");
     assert_eq!(rules[0].refused_at_seq, Some(1));
-    let claimed = one.claim_deliveries(ts(1_000), 10, SignedDuration::from_secs(60), &[]).await.expect("claim");
+    let claimed = one.claim_deliveries(claim(10, SignedDuration::from_secs(60)), ts(1_000)).await.expect("claim");
     assert_eq!(claimed.len(), 2);
 }
 
@@ -257,7 +277,7 @@ async fn accounts_from_before_0024_derive_only_later_entries() {
     s.create_account("new").await.expect("account");
     s.credit("new", "c1", 7, ts(2)).await.expect("credit");
     assert_eq!(derive_all(&s).await, 2);
-    let claimed = s.claim_deliveries(ts(1_000), 10, SignedDuration::from_secs(60), &[]).await.expect("claim");
+    let claimed = s.claim_deliveries(claim(10, SignedDuration::from_secs(60)), ts(1_000)).await.expect("claim");
     let bodies: Vec<Value> = claimed.iter().map(|d| serde_json::from_str(&d.body).expect("JSON")).collect();
     let seen: Vec<(&str, &Value, &Value)> = bodies
         .iter()
@@ -282,7 +302,14 @@ async fn late_derivation_judges_entries_by_the_rules_and_endpoints_of_their_time
     assert!(s.alert_rules("acct").await.expect("rules").is_empty());
     assert_eq!(s.delete_alert_rule("acct", &rule.rule_id).await, Err(tollgate_core::Error::RuleNotFound));
     let late = s
-        .create_endpoint("https://example.com/late", &EventType::ALL, b"sealed".to_vec(), ts(10))
+        .create_endpoint(
+            NewEndpoint {
+                url: "https://example.com/late",
+                event_types: &EventType::ALL,
+                sealed_secret: b"sealed".to_vec(),
+            },
+            ts(10),
+        )
         .await
         .expect("endpoint")
         .endpoint_id;
@@ -291,7 +318,7 @@ async fn late_derivation_judges_entries_by_the_rules_and_endpoints_of_their_time
 
     assert_eq!(derive_all(&s).await, 4);
     assert_eq!(count(&s, "SELECT count(*) FROM tollgate_alert_rules").await, 0, "removed once derived past");
-    let claimed = s.claim_deliveries(ts(1_000), 10, SignedDuration::from_secs(60), &[]).await.expect("claim");
+    let claimed = s.claim_deliveries(claim(10, SignedDuration::from_secs(60)), ts(1_000)).await.expect("claim");
     let mut seen: Vec<(&str, String)> = claimed
         .iter()
         .map(|d| {

@@ -15,7 +15,7 @@ use tollgate_api::{
 };
 use tollgate_core::alerts::validate_url;
 use tollgate_core::{Condition, Error, EventType};
-use tollgate_store::{IssuedEndpoint, WebhookKey, new_webhook_secret};
+use tollgate_store::{IssuedEndpoint, NewEndpoint, SecretRotation, WebhookKey, new_webhook_secret};
 
 use super::listings::PageParams;
 use super::{ApiResult, json};
@@ -121,7 +121,10 @@ pub(crate) async fn create_endpoint(
     let event_types = EventType::parse_list(body.event_types.iter().map(String::as_str))?;
     let secret = new_webhook_secret();
     let sealed = key(&state)?.seal(&secret);
-    let endpoint = state.store().create_endpoint(&body.url, &event_types, sealed, state.now()).await?;
+    let endpoint = state
+        .store()
+        .create_endpoint(NewEndpoint { url: &body.url, event_types: &event_types, sealed_secret: sealed }, state.now())
+        .await?;
     json(StatusCode::CREATED, WebhookEndpointBody::from(&IssuedEndpoint { endpoint, secret }))
 }
 
@@ -181,7 +184,13 @@ pub(crate) async fn rotate_secret(
     let until = now.checked_add(SignedDuration::from_secs(overlap.cast_signed())).unwrap_or(Timestamp::MAX);
     let secret = new_webhook_secret();
     let sealed = key(&state)?.seal(&secret);
-    let endpoint = state.store().rotate_endpoint_secret(&endpoint_id, sealed, until, now).await?;
+    let endpoint = state
+        .store()
+        .rotate_endpoint_secret(
+            SecretRotation { endpoint_id: &endpoint_id, sealed_secret: sealed, previous_until: until },
+            now,
+        )
+        .await?;
     json(StatusCode::OK, WebhookEndpointBody::from(&IssuedEndpoint { endpoint, secret }))
 }
 

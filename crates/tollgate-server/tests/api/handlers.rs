@@ -8,14 +8,15 @@ use axum::http::{Method, StatusCode};
 use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 use tollgate_core::{
-    AlertRule, Condition, Credential, CreditEntry, Error, EventOutcome, EventType, GrantPolicy, IngestError, Lease,
-    LeaseFilter, Page, PageRequest, UnitDomain, UsageEvent,
+    AlertRule, Condition, Credential, CreditEntry, Error, EventOutcome, GrantPolicy, IngestError, Lease, LeaseFilter,
+    Page, PageRequest, UnitDomain, UsageEvent,
 };
 use tollgate_server::Limits;
 use tollgate_store::{
-    AccountView, Acquisition, AttemptResult, CheckReport, ClaimedDelivery, Consolidated, Consolidation, CreditReceipt,
-    Delivery, Idempotency, IssuedCredential, IssuedLease, JournalPage, Outbox, OutboxCounts, ReclaimReport, Released,
-    StorageStatus, Store, UsageSink, Verification, WebhookEndpoint,
+    AccountView, Acquisition, CheckReport, ClaimedDelivery, Consolidated, Consolidation, CreditReceipt, Delivery,
+    DeliveryClaim, FinishedAttempt, Idempotency, IssuedCredential, IssuedLease, JournalPage, NewEndpoint, Outbox,
+    OutboxCounts, ReclaimReport, Released, SecretRotation, StorageStatus, Store, UsageSink, Verification,
+    WebhookEndpoint,
 };
 
 use crate::support::{App, As, assert_error, start};
@@ -750,13 +751,7 @@ impl Outbox for FaultyStore {
     async fn delete_alert_rule(&self, _: &str, _: &str) -> Result<(), Error> {
         self.fail().await
     }
-    async fn create_endpoint(
-        &self,
-        _: &str,
-        _: &[EventType],
-        _: Vec<u8>,
-        _: Timestamp,
-    ) -> Result<WebhookEndpoint, Error> {
+    async fn create_endpoint(&self, _: NewEndpoint<'_>, _: Timestamp) -> Result<WebhookEndpoint, Error> {
         self.fail().await
     }
     async fn endpoints(&self) -> Result<Vec<WebhookEndpoint>, Error> {
@@ -765,13 +760,7 @@ impl Outbox for FaultyStore {
     async fn delete_endpoint(&self, _: &str) -> Result<(), Error> {
         self.fail().await
     }
-    async fn rotate_endpoint_secret(
-        &self,
-        _: &str,
-        _: Vec<u8>,
-        _: Timestamp,
-        _: Timestamp,
-    ) -> Result<WebhookEndpoint, Error> {
+    async fn rotate_endpoint_secret(&self, _: SecretRotation<'_>, _: Timestamp) -> Result<WebhookEndpoint, Error> {
         self.fail().await
     }
     async fn note_refusal(&self, _: &str, _: Timestamp) -> Result<u32, Error> {
@@ -780,16 +769,10 @@ impl Outbox for FaultyStore {
     async fn derive_events(&self, _: u32) -> Result<u32, Error> {
         self.fail().await
     }
-    async fn claim_deliveries(
-        &self,
-        _: Timestamp,
-        _: u32,
-        _: SignedDuration,
-        _: &[String],
-    ) -> Result<Vec<ClaimedDelivery>, Error> {
+    async fn claim_deliveries(&self, _: DeliveryClaim<'_>, _: Timestamp) -> Result<Vec<ClaimedDelivery>, Error> {
         self.fail().await
     }
-    async fn finish_delivery(&self, _: &str, _: u32, _: AttemptResult, _: Timestamp) -> Result<bool, Error> {
+    async fn finish_delivery(&self, _: FinishedAttempt<'_>, _: Timestamp) -> Result<bool, Error> {
         self.fail().await
     }
     async fn deliveries(&self, _: &str, _: &PageRequest) -> Result<Page<Delivery>, Error> {

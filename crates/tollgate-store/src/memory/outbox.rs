@@ -17,7 +17,7 @@ use jiff::{SignedDuration, Timestamp};
 use tollgate_core::alerts::{
     ENDPOINTS_MAX, EntryView, RULES_PER_ACCOUNT_MAX, is_silent, refusal_events, validate_endpoint,
 };
-use tollgate_core::{AlertRule, COUNTERS, Condition, Error, Event, EventType, Listing, Page, PageRequest};
+use tollgate_core::{AlertRule, COUNTERS, Condition, Error, Event, Listing, Page, PageRequest};
 
 use super::journal::StoredEntry;
 use super::{MemoryStore, State};
@@ -25,6 +25,7 @@ use crate::outbox::{
     AttemptResult, ClaimedDelivery, Delivery, DeliveryState, Outbox, OutboxCounts, WebhookEndpoint, derive_entries,
     event_body, new_delivery_id, new_endpoint_id, new_rule_id,
 };
+use crate::requests::{DeliveryClaim, FinishedAttempt, NewEndpoint, SecretRotation};
 
 #[derive(Default)]
 pub(super) struct OutboxState {
@@ -115,7 +116,8 @@ impl OutboxState {
         })
     }
 
-    fn finish(&mut self, delivery_id: &str, attempt: u32, result: AttemptResult, now: Timestamp) -> bool {
+    fn finish(&mut self, finished: FinishedAttempt<'_>, now: Timestamp) -> bool {
+        let FinishedAttempt { delivery_id, attempt, result } = finished;
         let Some(record) = self.deliveries.get_mut(delivery_id) else { return false };
         let delivery = &mut record.delivery;
         if delivery.state != DeliveryState::Pending || delivery.attempts != attempt {
@@ -266,13 +268,8 @@ impl Outbox for MemoryStore {
         Ok(())
     }
 
-    async fn create_endpoint(
-        &self,
-        url: &str,
-        event_types: &[EventType],
-        sealed_secret: Vec<u8>,
-        now: Timestamp,
-    ) -> Result<WebhookEndpoint, Error> {
+    async fn create_endpoint(&self, endpoint: NewEndpoint<'_>, now: Timestamp) -> Result<WebhookEndpoint, Error> {
+        let NewEndpoint { url, event_types, sealed_secret } = endpoint;
         validate_endpoint(url, event_types)?;
         let mut state = self.lock();
         if state.outbox.endpoints.len() >= ENDPOINTS_MAX {
@@ -301,11 +298,10 @@ impl Outbox for MemoryStore {
 
     async fn rotate_endpoint_secret(
         &self,
-        endpoint_id: &str,
-        sealed_secret: Vec<u8>,
-        previous_until: Timestamp,
+        rotation: SecretRotation<'_>,
         now: Timestamp,
     ) -> Result<WebhookEndpoint, Error> {
+        let SecretRotation { endpoint_id, sealed_secret, previous_until } = rotation;
         let mut state = self.lock();
         let record = state.outbox.endpoint_mut(endpoint_id)?;
         record.previous_secret = Some(std::mem::replace(&mut record.secret, sealed_secret));
@@ -323,13 +319,8 @@ impl Outbox for MemoryStore {
         Ok(0)
     }
 
-    async fn claim_deliveries(
-        &self,
-        now: Timestamp,
-        limit: u32,
-        claim_for: SignedDuration,
-        skip: &[String],
-    ) -> Result<Vec<ClaimedDelivery>, Error> {
+    async fn claim_deliveries(&self, claim: DeliveryClaim<'_>, now: Timestamp) -> Result<Vec<ClaimedDelivery>, Error> {
+        let DeliveryClaim { limit, claim_for, skip } = claim;
         let mut state = self.lock();
         let outbox = &mut state.outbox;
         let skipped =
@@ -350,14 +341,8 @@ impl Outbox for MemoryStore {
         Ok(claimed)
     }
 
-    async fn finish_delivery(
-        &self,
-        delivery_id: &str,
-        attempt: u32,
-        result: AttemptResult,
-        now: Timestamp,
-    ) -> Result<bool, Error> {
-        Ok(self.lock().outbox.finish(delivery_id, attempt, result, now))
+    async fn finish_delivery(&self, finished: FinishedAttempt<'_>, now: Timestamp) -> Result<bool, Error> {
+        Ok(self.lock().outbox.finish(finished, now))
     }
 
     async fn deliveries(&self, endpoint_id: &str, page: &PageRequest) -> Result<Page<Delivery>, Error> {

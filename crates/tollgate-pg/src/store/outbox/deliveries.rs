@@ -1,9 +1,11 @@
 //! Deliveries: claiming due ones for an attempt, recording an attempt's
 //! result, the delivery log, redelivery and the counts by state.
 
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 use tollgate_core::{Error, InstantPair, Listing, Page, PageRequest};
-use tollgate_store::{AttemptResult, ClaimedDelivery, Delivery, DeliveryState, OutboxCounts};
+use tollgate_store::{
+    AttemptResult, ClaimedDelivery, Delivery, DeliveryClaim, DeliveryState, FinishedAttempt, OutboxCounts,
+};
 
 use super::rows::{ClaimRow, DeliveryRow, bound, nonnegative};
 use crate::store::Engine;
@@ -48,13 +50,8 @@ impl Finished {
 }
 
 impl Engine {
-    pub(super) async fn claim(
-        &self,
-        now: Timestamp,
-        limit: u32,
-        claim_for: SignedDuration,
-        skip: &[String],
-    ) -> Result<Vec<ClaimedDelivery>, Error> {
+    pub(super) async fn claim(&self, claim: DeliveryClaim<'_>, now: Timestamp) -> Result<Vec<ClaimedDelivery>, Error> {
+        let DeliveryClaim { limit, claim_for, skip } = claim;
         if limit == 0 {
             return Ok(Vec::new());
         }
@@ -75,13 +72,8 @@ impl Engine {
         rows.into_iter().map(ClaimRow::decode).collect()
     }
 
-    pub(super) async fn finish_attempt(
-        &self,
-        delivery_id: &str,
-        attempt: u32,
-        result: AttemptResult,
-        now: Timestamp,
-    ) -> Result<bool, Error> {
+    pub(super) async fn finish_attempt(&self, finished: FinishedAttempt<'_>, now: Timestamp) -> Result<bool, Error> {
+        let FinishedAttempt { delivery_id, attempt, result } = finished;
         // No stored delivery has such an id, or so many attempts.
         let Ok(attempt) = i32::try_from(attempt) else { return Ok(false) };
         if !storable(delivery_id) {

@@ -3,8 +3,8 @@
 
 use jiff::Timestamp;
 use tollgate_core::alerts::{ENDPOINTS_MAX, validate_endpoint};
-use tollgate_core::{Error, EventType, InstantPair};
-use tollgate_store::{WebhookEndpoint, new_endpoint_id};
+use tollgate_core::{Error, InstantPair};
+use tollgate_store::{NewEndpoint, SecretRotation, WebhookEndpoint, new_endpoint_id};
 
 use super::rows::{EndpointRow, bound};
 use crate::store::Engine;
@@ -18,11 +18,10 @@ use crate::store::sql::{
 impl Engine {
     pub(super) async fn add_endpoint(
         &self,
-        url: &str,
-        types: &[EventType],
-        sealed_secret: Vec<u8>,
+        endpoint: NewEndpoint<'_>,
         now: Timestamp,
     ) -> Result<WebhookEndpoint, Error> {
+        let NewEndpoint { url, event_types: types, sealed_secret } = endpoint;
         validate_endpoint(url, types)?;
         let endpoint_id = new_endpoint_id();
         let names: Vec<&str> = types.iter().map(|kind| kind.as_str()).collect();
@@ -85,11 +84,10 @@ impl Engine {
 
     pub(super) async fn rotate_secret(
         &self,
-        endpoint_id: &str,
-        sealed_secret: Vec<u8>,
-        previous_until: Timestamp,
+        rotation: SecretRotation<'_>,
         now: Timestamp,
     ) -> Result<WebhookEndpoint, Error> {
+        let SecretRotation { endpoint_id, sealed_secret, previous_until } = rotation;
         if !storable(endpoint_id) {
             return Err(Error::EndpointNotFound);
         }

@@ -40,9 +40,12 @@ mod rows;
 mod rules;
 
 use async_trait::async_trait;
-use jiff::{SignedDuration, Timestamp};
-use tollgate_core::{AlertRule, Condition, Error, EventType, Page, PageRequest};
-use tollgate_store::{AttemptResult, ClaimedDelivery, Delivery, Outbox, OutboxCounts, WebhookEndpoint};
+use jiff::Timestamp;
+use tollgate_core::{AlertRule, Condition, Error, Page, PageRequest};
+use tollgate_store::{
+    ClaimedDelivery, Delivery, DeliveryClaim, FinishedAttempt, NewEndpoint, Outbox, OutboxCounts, SecretRotation,
+    WebhookEndpoint,
+};
 
 use super::{Engine, PostgresStore};
 
@@ -66,14 +69,8 @@ impl Outbox for Engine {
         self.delete_rule(account_id, rule_id).await
     }
 
-    async fn create_endpoint(
-        &self,
-        url: &str,
-        event_types: &[EventType],
-        sealed_secret: Vec<u8>,
-        now: Timestamp,
-    ) -> Result<WebhookEndpoint, Error> {
-        self.add_endpoint(url, event_types, sealed_secret, now).await
+    async fn create_endpoint(&self, endpoint: NewEndpoint<'_>, now: Timestamp) -> Result<WebhookEndpoint, Error> {
+        self.add_endpoint(endpoint, now).await
     }
 
     async fn endpoints(&self) -> Result<Vec<WebhookEndpoint>, Error> {
@@ -86,12 +83,10 @@ impl Outbox for Engine {
 
     async fn rotate_endpoint_secret(
         &self,
-        endpoint_id: &str,
-        sealed_secret: Vec<u8>,
-        previous_until: Timestamp,
+        rotation: SecretRotation<'_>,
         now: Timestamp,
     ) -> Result<WebhookEndpoint, Error> {
-        self.rotate_secret(endpoint_id, sealed_secret, previous_until, now).await
+        self.rotate_secret(rotation, now).await
     }
 
     async fn note_refusal(&self, account_id: &str, now: Timestamp) -> Result<u32, Error> {
@@ -102,24 +97,12 @@ impl Outbox for Engine {
         self.derive(limit).await
     }
 
-    async fn claim_deliveries(
-        &self,
-        now: Timestamp,
-        limit: u32,
-        claim_for: SignedDuration,
-        skip: &[String],
-    ) -> Result<Vec<ClaimedDelivery>, Error> {
-        self.claim(now, limit, claim_for, skip).await
+    async fn claim_deliveries(&self, claim: DeliveryClaim<'_>, now: Timestamp) -> Result<Vec<ClaimedDelivery>, Error> {
+        self.claim(claim, now).await
     }
 
-    async fn finish_delivery(
-        &self,
-        delivery_id: &str,
-        attempt: u32,
-        result: AttemptResult,
-        now: Timestamp,
-    ) -> Result<bool, Error> {
-        self.finish_attempt(delivery_id, attempt, result, now).await
+    async fn finish_delivery(&self, finished: FinishedAttempt<'_>, now: Timestamp) -> Result<bool, Error> {
+        self.finish_attempt(finished, now).await
     }
 
     async fn deliveries(&self, endpoint_id: &str, page: &PageRequest) -> Result<Page<Delivery>, Error> {
@@ -159,15 +142,13 @@ impl Outbox for PostgresStore {
         self.complete(move |e| async move { e.delete_alert_rule(&account_id, &rule_id).await }).await
     }
 
-    async fn create_endpoint(
-        &self,
-        url: &str,
-        event_types: &[EventType],
-        sealed_secret: Vec<u8>,
-        now: Timestamp,
-    ) -> Result<WebhookEndpoint, Error> {
+    async fn create_endpoint(&self, endpoint: NewEndpoint<'_>, now: Timestamp) -> Result<WebhookEndpoint, Error> {
+        let NewEndpoint { url, event_types, sealed_secret } = endpoint;
         let (url, event_types) = (url.to_owned(), event_types.to_vec());
-        self.complete(move |e| async move { e.create_endpoint(&url, &event_types, sealed_secret, now).await }).await
+        self.complete(move |e| async move {
+            e.create_endpoint(NewEndpoint { url: &url, event_types: &event_types, sealed_secret }, now).await
+        })
+        .await
     }
 
     async fn endpoints(&self) -> Result<Vec<WebhookEndpoint>, Error> {
@@ -181,14 +162,14 @@ impl Outbox for PostgresStore {
 
     async fn rotate_endpoint_secret(
         &self,
-        endpoint_id: &str,
-        sealed_secret: Vec<u8>,
-        previous_until: Timestamp,
+        rotation: SecretRotation<'_>,
         now: Timestamp,
     ) -> Result<WebhookEndpoint, Error> {
+        let SecretRotation { endpoint_id, sealed_secret, previous_until } = rotation;
         let endpoint_id = endpoint_id.to_owned();
         self.complete(move |e| async move {
-            e.rotate_endpoint_secret(&endpoint_id, sealed_secret, previous_until, now).await
+            e.rotate_endpoint_secret(SecretRotation { endpoint_id: &endpoint_id, sealed_secret, previous_until }, now)
+                .await
         })
         .await
     }
@@ -202,26 +183,22 @@ impl Outbox for PostgresStore {
         self.complete(move |e| async move { e.derive_events(limit).await }).await
     }
 
-    async fn claim_deliveries(
-        &self,
-        now: Timestamp,
-        limit: u32,
-        claim_for: SignedDuration,
-        skip: &[String],
-    ) -> Result<Vec<ClaimedDelivery>, Error> {
+    async fn claim_deliveries(&self, claim: DeliveryClaim<'_>, now: Timestamp) -> Result<Vec<ClaimedDelivery>, Error> {
+        let DeliveryClaim { limit, claim_for, skip } = claim;
         let skip = skip.to_vec();
-        self.complete(move |e| async move { e.claim_deliveries(now, limit, claim_for, &skip).await }).await
+        self.complete(
+            move |e| async move { e.claim_deliveries(DeliveryClaim { limit, claim_for, skip: &skip }, now).await },
+        )
+        .await
     }
 
-    async fn finish_delivery(
-        &self,
-        delivery_id: &str,
-        attempt: u32,
-        result: AttemptResult,
-        now: Timestamp,
-    ) -> Result<bool, Error> {
+    async fn finish_delivery(&self, finished: FinishedAttempt<'_>, now: Timestamp) -> Result<bool, Error> {
+        let FinishedAttempt { delivery_id, attempt, result } = finished;
         let delivery_id = delivery_id.to_owned();
-        self.complete(move |e| async move { e.finish_delivery(&delivery_id, attempt, result, now).await }).await
+        self.complete(move |e| async move {
+            e.finish_delivery(FinishedAttempt { delivery_id: &delivery_id, attempt, result }, now).await
+        })
+        .await
     }
 
     async fn deliveries(&self, endpoint_id: &str, page: &PageRequest) -> Result<Page<Delivery>, Error> {
