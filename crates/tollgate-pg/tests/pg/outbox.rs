@@ -16,6 +16,8 @@ use tollgate_pg::PostgresStore;
 use tollgate_pg::testing::TestDb;
 use tollgate_store::{AttemptResult, DeliveryState, Outbox, Store};
 
+use crate::fixtures::migrated_through;
+
 const T0: i128 = 1_700_000_000_123_456_789;
 
 fn ts(ns: i128) -> Timestamp {
@@ -235,8 +237,7 @@ async fn a_refusal_sees_a_rearming_entry_not_yet_derived() {
 /// from their first entry, from a new account's counters.
 #[tokio::test]
 async fn accounts_from_before_0024_derive_only_later_entries() {
-    let db = TestDb::create().await;
-    db.migrate_through(23).await.expect("0001-0023 apply");
+    let db = migrated_through(23).await;
     sqlx::raw_sql(
         "INSERT INTO tollgate_accounts (account_id, credited, available, reserved, next_fence, journal_seq)
          VALUES ('old', 100, 100, 0, 1, 1);

@@ -13,7 +13,8 @@ use tollgate_pg::migrations::{latest_version, versions_from};
 use tollgate_pg::testing::TestDb;
 use tollgate_pg::{ConnectError, MigrationError, PostgresStore};
 use tollgate_store::{
-    IssuedLease, LeaseHandle, LegacyBoundCount, ReclaimReport, Store, UnlockedCounts, UnlockedOperation, UsageSink,
+    IssuedLease, LeaseHandle, LegacyBoundCount, ReclaimReport, Released, Store, UnlockedCounts, UnlockedOperation,
+    UsageSink,
 };
 
 use crate::fixtures;
@@ -854,6 +855,28 @@ async fn another_servers_changes_are_decided_on_never_a_stale_view() {
     assert_conserved(&*one).await;
 }
 
+/// Releases `lease` through `one`, running `between` after the release has
+/// read the account and before it writes: another server's change in that
+/// window is what the release's write must cope with. Returns the release's
+/// answer and what `between` returned.
+async fn release_around<T>(
+    one: &Arc<PostgresStore>,
+    lease: &IssuedLease,
+    between: impl Future<Output = T>,
+) -> (Result<Released, Error>, T) {
+    let pause = one.pause_next_release_after_read();
+    let releasing = {
+        let (one, lease) = (one.clone(), lease.clone());
+        tokio::spawn(async move {
+            one.release(&lease.lease.account_id, &lease.lease.lease_id, lease.capability.expose(), ts(T0)).await
+        })
+    };
+    pause.read.notified().await;
+    let changed = between.await;
+    pause.resume.notify_one();
+    (releasing.await.unwrap(), changed)
+}
+
 /// A release that decided on a read remembers the account row its write
 /// returned, not the row it read plus its change: another server's acquire
 /// between the read and the write is in the row written, so the next
@@ -866,17 +889,11 @@ async fn a_release_remembers_the_account_row_it_wrote() {
     // Acquired through two, so one has no remembered row and reads.
     let lease = two.acquire("acct", 10, hour, ts(T0)).await.unwrap();
 
-    let pause = one.pause_next_release_after_read();
-    let releasing = {
-        let (one, lease) = (one.clone(), lease.clone());
-        tokio::spawn(async move {
-            one.release(&lease.lease.account_id, &lease.lease.lease_id, lease.capability.expose(), ts(T0)).await
-        })
+    let between = async {
+        two.acquire("acct", 5, hour, ts(T0)).await.expect("traffic between the read and the write");
     };
-    pause.read.notified().await;
-    two.acquire("acct", 5, hour, ts(T0)).await.expect("traffic between the read and the write");
-    pause.resume.notify_one();
-    releasing.await.unwrap().expect("released");
+    let (released, ()) = release_around(&one, &lease, between).await;
+    released.expect("released");
 
     let committed = one.account("acct").await.unwrap().account;
     assert_eq!(one.remembered_account("acct"), Some(committed));
@@ -958,19 +975,11 @@ async fn a_release_write_postgres_refuses_for_its_ranges_falls_back_to_the_cores
     // Acquired through two, so one has no remembered row and reads.
     let lease = two.acquire("acct", 10, nanos(3_600_000_000_000), ts(T0)).await.unwrap();
 
-    let pause = one.pause_next_release_after_read();
-    let releasing = {
-        let (one, lease) = (one.clone(), lease.clone());
-        tokio::spawn(async move {
-            one.release(&lease.lease.account_id, &lease.lease.lease_id, lease.capability.expose(), ts(T0)).await
-        })
+    let between = async {
+        set_available(&one, "acct", I64_MAX - 5).await;
+        one.account("acct").await.unwrap()
     };
-    pause.read.notified().await;
-    set_available(&one, "acct", I64_MAX - 5).await;
-    let before = one.account("acct").await.unwrap();
-    pause.resume.notify_one();
-
-    let released = releasing.await.unwrap();
+    let (released, before) = release_around(&one, &lease, between).await;
     assert_eq!(released.map(|r| r.settlement), Err(Error::CounterOverflow { counter: "available" }));
     assert_eq!(one.account("acct").await.unwrap(), before);
     assert_eq!(lease_state(&one, &lease.lease).await, LeaseState::Active);
