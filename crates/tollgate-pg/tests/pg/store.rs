@@ -49,6 +49,19 @@ async fn credential(s: &impl Store, account_id: &str) -> String {
     s.issue_credential(account_id, "gw", ts(T0)).await.expect("credential").credential.credential_id
 }
 
+/// Accounts `acct-0` to `acct-{count - 1}`, each credited `units` and given a
+/// credential; returns each account's id with its credential's id.
+async fn funded_with_credentials(s: &impl Store, count: usize, units: u64) -> Vec<(String, String)> {
+    let mut accounts = Vec::new();
+    for a in 0..count {
+        let account_id = format!("acct-{a}");
+        funded(s, &account_id, units).await;
+        let credential_id = credential(s, &account_id).await;
+        accounts.push((account_id, credential_id));
+    }
+    accounts
+}
+
 fn event(
     request_id: &str,
     account_id: &str,
@@ -480,15 +493,13 @@ async fn reclaim_passes_racing_usage_and_releases_on_the_same_accounts_never_dea
     let (one, two) = two_servers(4).await;
     let mut due = BTreeSet::new();
     let mut live = Vec::new();
-    let mut credentials = Vec::new();
-    for a in 0..ACCOUNTS {
-        let account_id = format!("acct-{a}");
-        funded(&*one, &account_id, 100_000).await;
-        credentials.push(credential(&*one, &account_id).await);
+    let accounts = funded_with_credentials(&*one, ACCOUNTS, 100_000).await;
+    let credentials: Vec<String> = accounts.iter().map(|(_, credential_id)| credential_id.clone()).collect();
+    for (account_id, _) in &accounts {
         for i in 0..LEASES {
-            let expiring = one.acquire(&account_id, 10, nanos(1_000 + i as i64), ts(T0)).await.unwrap();
+            let expiring = one.acquire(account_id, 10, nanos(1_000 + i as i64), ts(T0)).await.unwrap();
             due.insert(expiring.lease.lease_id);
-            live.push(one.acquire(&account_id, 10, nanos(3_600_000_000_000), ts(T0)).await.unwrap());
+            live.push(one.acquire(account_id, 10, nanos(3_600_000_000_000), ts(T0)).await.unwrap());
         }
     }
     let now = ts(T0 + 10_000);
@@ -610,15 +621,13 @@ async fn mixed_concurrent_operations_neither_deadlock_nor_leak_units() {
     let (one, two) = two_servers(8).await;
 
     let mut leases = Vec::new();
-    let mut creds = BTreeMap::new();
-    for a in 0..ACCOUNTS {
-        let account_id = format!("acct-{a}");
-        funded(&*one, &account_id, 1_000).await;
-        creds.insert(account_id.clone(), credential(&*one, &account_id).await);
+    let accounts = funded_with_credentials(&*one, ACCOUNTS, 1_000).await;
+    let creds: BTreeMap<String, String> = accounts.iter().cloned().collect();
+    for (account_id, _) in &accounts {
         for i in 0..LEASES_PER_ACCOUNT {
             // Half expire at T0 + 500 (reclaimable at `late`), half live long.
             let ttl = if i % 2 == 0 { nanos(500) } else { nanos(60_000_000_000) };
-            leases.push(one.acquire(&account_id, 10, ttl, ts(T0)).await.unwrap());
+            leases.push(one.acquire(account_id, 10, ttl, ts(T0)).await.unwrap());
         }
     }
     let late = ts(T0 + 1_000);
