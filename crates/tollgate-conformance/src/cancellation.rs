@@ -28,7 +28,7 @@ use tokio::sync::Notify;
 use tollgate_core::UsageEvent;
 use tollgate_store::{Acquisition, Consolidation, Idempotency, IdempotencyKey, IssuedLease, Release, Store};
 
-use crate::support::{Ledger, handle, leased, ledger, secs, ts};
+use crate::support::{Ledger, handle, leased, secs, stored_ledger, ts};
 
 /// A store under test and what "clean" means for its backend.
 pub trait Harness: Sync {
@@ -251,23 +251,23 @@ pub async fn drop_at_every_step<H: Harness>(harness: &H) {
         // The whole effect, from one run to completion.
         attempt += 1;
         let fixture = prepare(store, name, attempt).await;
-        let before = ledger(store, &fixture.account_id).await;
+        let before = stored_ledger(store, &fixture.account_id).await;
         drive(operation(store, name, &fixture), POLLS_MAX)
             .await
             .expect("the operation finishes")
             .unwrap_or_else(|e| panic!("{name} run to completion failed: {e}"));
-        let whole = ledger(store, &fixture.account_id).await;
+        let whole = stored_ledger(store, &fixture.account_id).await;
 
         let mut polls = 0;
         loop {
             attempt += 1;
             let fixture = prepare(store, name, attempt).await;
-            let before_attempt = ledger(store, &fixture.account_id).await;
+            let before_attempt = stored_ledger(store, &fixture.account_id).await;
             assert_eq!(before_attempt, before, "attempts of {name} start alike");
             let finished = drive(operation(store, name, &fixture), polls).await;
             harness.settle().await;
 
-            let after = ledger(store, &fixture.account_id).await;
+            let after = stored_ledger(store, &fixture.account_id).await;
             assert!(
                 after == before || after == whole,
                 "{name} dropped after {polls} polls is neither whole nor absent: before {before:?}, \
@@ -292,7 +292,7 @@ pub async fn drop_at_every_step<H: Harness>(harness: &H) {
                 .release(&probe.lease.account_id, &probe.lease.lease_id, probe.capability.expose(), fixture.now)
                 .await
                 .unwrap_or_else(|e| panic!("release after {name} dropped at poll {polls}: {e}"));
-            let probed = ledger(store, &fixture.account_id).await;
+            let probed = stored_ledger(store, &fixture.account_id).await;
             assert_eq!(
                 Ledger { next_fence: after.next_fence + 1, ..after },
                 probed,

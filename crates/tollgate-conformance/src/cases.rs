@@ -58,8 +58,7 @@ pub async fn nanosecond_ttl_and_grace<F: StoreFactory>(f: &F) {
     assert_eq!(lease.lease.state, LeaseState::Active);
     assert!(!lease.lease.expiry_is_upper_bound);
     assert_eq!(s.lease(&lease.lease.account_id, &lease.lease.lease_id).await.unwrap(), lease.lease);
-    let held =
-        Ledger { credited: 100, available: 90, reserved: 10, next_fence: 2, active_leases: 1, ..Ledger::default() };
+    let held = ledger! { credited: 100, available: 90, reserved: 10, next_fence: 2, active_leases: 1 };
     assert_ledger(&s, "acct", held).await;
 
     assert!(s.reclaim(ts(e + 998), 100).await.unwrap().reclaimed.is_empty());
@@ -75,7 +74,7 @@ pub async fn nanosecond_ttl_and_grace<F: StoreFactory>(f: &F) {
         }]
     );
     assert_eq!(s.lease(&lease.lease.account_id, &lease.lease.lease_id).await.unwrap().state, LeaseState::Reclaimed);
-    assert_ledger(&s, "acct", Ledger { credited: 100, available: 100, next_fence: 2, ..Ledger::default() }).await;
+    assert_ledger(&s, "acct", ledger! { credited: 100, available: 100, next_fence: 2 }).await;
 }
 
 /// "The policy clamps a requested TTL only to max_ttl": exactly, never rounded.
@@ -91,14 +90,7 @@ pub async fn ttl_above_max_is_clamped_exactly<F: StoreFactory>(f: &F) {
         assert_ledger(
             &s,
             "acct",
-            Ledger {
-                credited: 10,
-                available: 10 - fence,
-                reserved: fence,
-                next_fence: fence + 1,
-                active_leases: fence,
-                ..Ledger::default()
-            },
+            ledger! { credited: 10, available: 10 - fence, reserved: fence, next_fence: fence + 1, active_leases: fence },
         )
         .await;
     }
@@ -107,9 +99,8 @@ pub async fn ttl_above_max_is_clamped_exactly<F: StoreFactory>(f: &F) {
 /// "The TTL must be positive": zero and negative are refused, and so are zero units
 /// and overdrafts, all before any debit.
 pub async fn ttl_zero_and_negative_are_refused_without_debit<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "acct", 10).await;
-    let untouched = Ledger { credited: 10, available: 10, ..Ledger::default() };
+    let s = funded_store(f, &[("acct", 10)]).await;
+    let untouched = ledger! { credited: 10, available: 10 };
     let refusals = [
         (1, nanos(0), Error::InvalidTtl),
         (1, nanos(-1), Error::InvalidTtl),
@@ -125,8 +116,7 @@ pub async fn ttl_zero_and_negative_are_refused_without_debit<F: StoreFactory>(f:
 
 /// Negative timestamps (before 1970) and both ends of the timestamp domain.
 pub async fn acquire_before_the_epoch_and_at_both_domain_endpoints<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "acct", 30).await;
+    let s = funded_store(f, &[("acct", 30)]).await;
 
     let before_epoch = -86_400_000_000_001;
     let lease = s.acquire("acct", 10, nanos(1_500), ts(before_epoch)).await.unwrap();
@@ -137,7 +127,7 @@ pub async fn acquire_before_the_epoch_and_at_both_domain_endpoints<F: StoreFacto
         .await
         .unwrap();
     assert_eq!(released.settlement, settled(0, 10, 0));
-    assert_ledger(&s, "acct", Ledger { credited: 30, available: 30, next_fence: 2, ..Ledger::default() }).await;
+    assert_ledger(&s, "acct", ledger! { credited: 30, available: 30, next_fence: 2 }).await;
 
     let at_min = s.acquire("acct", 10, nanos(1), Timestamp::MIN).await.unwrap();
     assert_eq!(at_min.lease.expiry, Timestamp::MIN + nanos(1));
@@ -148,17 +138,13 @@ pub async fn acquire_before_the_epoch_and_at_both_domain_endpoints<F: StoreFacto
     s.release(&at_min.lease.account_id, &at_min.lease.lease_id, at_min.capability.expose(), Timestamp::MIN)
         .await
         .unwrap();
-    assert_ledger(&s, "acct", Ledger { credited: 30, available: 30, next_fence: 3, ..Ledger::default() }).await;
+    assert_ledger(&s, "acct", ledger! { credited: 30, available: 30, next_fence: 3 }).await;
 
     let at_max = s.acquire("acct", 10, nanos(1), Timestamp::MAX - nanos(1)).await.unwrap();
     assert_eq!(at_max.lease.expiry, Timestamp::MAX);
     assert_eq!(s.lease(&at_max.lease.account_id, &at_max.lease.lease_id).await.unwrap().expiry, Timestamp::MAX);
-    assert_ledger(
-        &s,
-        "acct",
-        Ledger { credited: 30, available: 20, reserved: 10, next_fence: 4, active_leases: 1, ..Ledger::default() },
-    )
-    .await;
+    assert_ledger(&s, "acct", ledger! { credited: 30, available: 20, reserved: 10, next_fence: 4, active_leases: 1 })
+        .await;
     // With zero grace, MAX is this lease's boundary: release is refused and reclaim settles it.
     assert_eq!(
         s.release(&at_max.lease.account_id, &at_max.lease.lease_id, at_max.capability.expose(), Timestamp::MAX)
@@ -168,15 +154,14 @@ pub async fn acquire_before_the_epoch_and_at_both_domain_endpoints<F: StoreFacto
     );
     let report = s.reclaim(Timestamp::MAX, 10).await.unwrap();
     assert_eq!(report.reclaimed.len(), 1);
-    assert_ledger(&s, "acct", Ledger { credited: 30, available: 30, next_fence: 4, ..Ledger::default() }).await;
+    assert_ledger(&s, "acct", ledger! { credited: 30, available: 30, next_fence: 4 }).await;
 }
 
 /// "An unrepresentable expiry returns a structured storage error before any balance
 /// debit or settlement."
 pub async fn expiry_past_max_is_refused_without_debit<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "acct", 10).await;
-    let untouched = Ledger { credited: 10, available: 10, ..Ledger::default() };
+    let s = funded_store(f, &[("acct", 10)]).await;
+    let untouched = ledger! { credited: 10, available: 10 };
     assert_eq!(s.acquire("acct", 1, nanos(1), Timestamp::MAX).await, Err(Error::ExpiryOutOfRange));
     assert_ledger(&s, "acct", untouched).await;
     assert_eq!(s.acquire("acct", 1, nanos(2), Timestamp::MAX - nanos(1)).await, Err(Error::ExpiryOutOfRange));
@@ -185,7 +170,7 @@ pub async fn expiry_past_max_is_refused_without_debit<F: StoreFactory>(f: &F) {
     // Consolidation: the sources stay active and unsettled.
     let now = Timestamp::MAX - nanos(10);
     let source = s.acquire("acct", 1, nanos(1), now).await.unwrap();
-    let held = Ledger { credited: 10, available: 9, reserved: 1, next_fence: 2, active_leases: 1, ..Ledger::default() };
+    let held = ledger! { credited: 10, available: 9, reserved: 1, next_fence: 2, active_leases: 1 };
     assert_ledger(&s, "acct", held).await;
     assert_eq!(s.consolidate("acct", &[handle(&source)], 0, secs(60), now).await, Err(Error::ExpiryOutOfRange));
     assert_eq!(s.lease(&source.lease.account_id, &source.lease.lease_id).await.unwrap().state, LeaseState::Active);
@@ -201,7 +186,7 @@ pub async fn reclaim_boundary_is_exact_to_the_nanosecond<F: StoreFactory>(f: &F)
     let first = s.acquire("acct", 4, nanos(1_000), ts(T0)).await.unwrap();
     let second = s.acquire("acct", 6, nanos(1_001), ts(T0)).await.unwrap();
     let boundary = T0 + 1_000 + grace_ns;
-    let both = Ledger { credited: 10, reserved: 10, next_fence: 3, active_leases: 2, ..Ledger::default() };
+    let both = ledger! { credited: 10, reserved: 10, next_fence: 3, active_leases: 2 };
     assert_ledger(&s, "acct", both).await;
 
     assert!(s.reclaim(ts(boundary - 1), 10).await.unwrap().reclaimed.is_empty());
@@ -210,17 +195,13 @@ pub async fn reclaim_boundary_is_exact_to_the_nanosecond<F: StoreFactory>(f: &F)
     let report = s.reclaim(ts(boundary), 10).await.unwrap();
     let ids: Vec<_> = report.reclaimed.iter().map(|r| r.lease_id.clone()).collect();
     assert_eq!(ids, vec![first.lease.lease_id.clone()]);
-    assert_ledger(
-        &s,
-        "acct",
-        Ledger { credited: 10, available: 4, reserved: 6, next_fence: 3, active_leases: 1, ..Ledger::default() },
-    )
-    .await;
+    assert_ledger(&s, "acct", ledger! { credited: 10, available: 4, reserved: 6, next_fence: 3, active_leases: 1 })
+        .await;
 
     let report = s.reclaim(ts(boundary + 1), 10).await.unwrap();
     let ids: Vec<_> = report.reclaimed.iter().map(|r| r.lease_id.clone()).collect();
     assert_eq!(ids, vec![second.lease.lease_id.clone()]);
-    assert_ledger(&s, "acct", Ledger { credited: 10, available: 10, next_fence: 3, ..Ledger::default() }).await;
+    assert_ledger(&s, "acct", ledger! { credited: 10, available: 10, next_fence: 3 }).await;
 }
 
 /// "Release is accepted before that boundary", including inside the grace after
@@ -233,35 +214,17 @@ pub async fn release_and_usage_inside_grace_then_refused_at_the_boundary<F: Stor
     let b = s.acquire("acct", 5, nanos(100), ts(T0)).await.unwrap();
     let boundary = T0 + 100 + 999;
     let inside = ts(boundary - 1);
-    assert_ledger(
-        &s,
-        "acct",
-        Ledger { credited: 10, reserved: 10, next_fence: 3, active_leases: 2, ..Ledger::default() },
-    )
-    .await;
+    assert_ledger(&s, "acct", ledger! { credited: 10, reserved: 10, next_fence: 3, active_leases: 2 }).await;
 
     let got = ingest_codes(&s, vec![leased("use-a", &cred, &a, 2, inside)], inside).await;
     assert_eq!(got, ["use-a:accepted"]);
-    assert_ledger(
-        &s,
-        "acct",
-        Ledger { credited: 10, reserved: 10, billed: 2, next_fence: 3, active_leases: 2, ..Ledger::default() },
-    )
-    .await;
+    assert_ledger(&s, "acct", ledger! { credited: 10, reserved: 10, billed: 2, next_fence: 3, active_leases: 2 }).await;
 
     let released = s.release(&a.lease.account_id, &a.lease.lease_id, a.capability.expose(), inside).await.unwrap();
     assert_eq!(released.settlement, settled(2, 3, 0));
     assert_eq!(released.lease.state, LeaseState::Released);
-    let after_a = Ledger {
-        credited: 10,
-        available: 3,
-        reserved: 5,
-        consumed: 2,
-        billed: 2,
-        next_fence: 3,
-        active_leases: 1,
-        ..Ledger::default()
-    };
+    let after_a =
+        ledger! { credited: 10, available: 3, reserved: 5, consumed: 2, billed: 2, next_fence: 3, active_leases: 1 };
     assert_ledger(&s, "acct", after_a).await;
 
     let at = ts(boundary);
@@ -276,25 +239,18 @@ pub async fn release_and_usage_inside_grace_then_refused_at_the_boundary<F: Stor
     assert_ledger(&s, "acct", after_a).await;
 
     assert_eq!(s.reclaim(at, 10).await.unwrap().reclaimed.len(), 1);
-    assert_ledger(
-        &s,
-        "acct",
-        Ledger { credited: 10, available: 8, consumed: 2, billed: 2, next_fence: 3, ..Ledger::default() },
-    )
-    .await;
+    assert_ledger(&s, "acct", ledger! { credited: 10, available: 8, consumed: 2, billed: 2, next_fence: 3 }).await;
 }
 
 /// Grace zero: the expiry itself is the boundary.
 pub async fn grace_zero_makes_the_expiry_the_boundary<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "acct", 10).await;
+    let s = funded_store(f, &[("acct", 10)]).await;
     let cred = credential(&s, "acct", ts(T0)).await;
     let e = T0 + 10;
     let early = s.acquire("acct", 5, nanos(10), ts(T0)).await.unwrap();
     let late = s.acquire("acct", 5, nanos(10), ts(T0)).await.unwrap();
     s.release(&early.lease.account_id, &early.lease.lease_id, early.capability.expose(), ts(e - 1)).await.unwrap();
-    let one_left =
-        Ledger { credited: 10, available: 5, reserved: 5, next_fence: 3, active_leases: 1, ..Ledger::default() };
+    let one_left = ledger! { credited: 10, available: 5, reserved: 5, next_fence: 3, active_leases: 1 };
     assert_ledger(&s, "acct", one_left).await;
 
     assert_eq!(
@@ -308,7 +264,7 @@ pub async fn grace_zero_makes_the_expiry_the_boundary<F: StoreFactory>(f: &F) {
     assert!(s.reclaim(ts(e - 1), 10).await.unwrap().reclaimed.is_empty());
     assert_ledger(&s, "acct", one_left).await;
     assert_eq!(s.reclaim(ts(e), 10).await.unwrap().reclaimed.len(), 1);
-    assert_ledger(&s, "acct", Ledger { credited: 10, available: 10, next_fence: 3, ..Ledger::default() }).await;
+    assert_ledger(&s, "acct", ledger! { credited: 10, available: 10, next_fence: 3 }).await;
 }
 
 /// "Grace remains a nonnegative duration, including ... values too large for a
@@ -319,18 +275,13 @@ pub async fn grace_longer_than_the_domain_is_never_due<F: StoreFactory>(f: &F) {
     funded(&s, "acct", 10).await;
     let lease = s.acquire("acct", 10, nanos(1), Timestamp::MIN).await.unwrap();
     assert!(s.reclaim(Timestamp::MAX, 10).await.unwrap().reclaimed.is_empty());
-    assert_ledger(
-        &s,
-        "acct",
-        Ledger { credited: 10, reserved: 10, next_fence: 2, active_leases: 1, ..Ledger::default() },
-    )
-    .await;
+    assert_ledger(&s, "acct", ledger! { credited: 10, reserved: 10, next_fence: 2, active_leases: 1 }).await;
     let released = s
         .release(&lease.lease.account_id, &lease.lease.lease_id, lease.capability.expose(), Timestamp::MAX)
         .await
         .unwrap();
     assert_eq!(released.settlement, settled(0, 10, 0));
-    assert_ledger(&s, "acct", Ledger { credited: 10, available: 10, next_fence: 2, ..Ledger::default() }).await;
+    assert_ledger(&s, "acct", ledger! { credited: 10, available: 10, next_fence: 2 }).await;
 }
 
 /// "A deadline beyond Timestamp::MAX has not elapsed even at Timestamp::MAX; it is
@@ -347,12 +298,8 @@ pub async fn deadline_past_max_is_not_due_even_at_max<F: StoreFactory>(f: &F) {
     let report = s.reclaim(Timestamp::MAX, 10).await.unwrap();
     let ids: Vec<_> = report.reclaimed.iter().map(|r| r.lease_id.clone()).collect();
     assert_eq!(ids, vec![exactly_due.lease.lease_id.clone()]);
-    assert_ledger(
-        &s,
-        "acct",
-        Ledger { credited: 10, available: 3, reserved: 7, next_fence: 3, active_leases: 1, ..Ledger::default() },
-    )
-    .await;
+    assert_ledger(&s, "acct", ledger! { credited: 10, available: 3, reserved: 7, next_fence: 3, active_leases: 1 })
+        .await;
 
     let got = ingest_codes(&s, vec![leased("at-max", &cred, &past_max, 2, Timestamp::MAX)], Timestamp::MAX).await;
     assert_eq!(got, ["at-max:accepted"]);
@@ -361,22 +308,16 @@ pub async fn deadline_past_max_is_not_due_even_at_max<F: StoreFactory>(f: &F) {
         .await
         .unwrap();
     assert_eq!(released.settlement, settled(2, 5, 0));
-    assert_ledger(
-        &s,
-        "acct",
-        Ledger { credited: 10, available: 8, consumed: 2, billed: 2, next_fence: 3, ..Ledger::default() },
-    )
-    .await;
+    assert_ledger(&s, "acct", ledger! { credited: 10, available: 8, consumed: 2, billed: 2, next_fence: 3 }).await;
 }
 
 // ------------------------------------------------------ release, consolidation
 
 pub async fn release_refusals_wrong_capability_twice_and_after_reclaim<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "acct", 10).await;
+    let s = funded_store(f, &[("acct", 10)]).await;
     let one = s.acquire("acct", 4, secs(10), ts(T0)).await.unwrap();
     let two = s.acquire("acct", 6, nanos(5), ts(T0)).await.unwrap();
-    let both = Ledger { credited: 10, reserved: 10, next_fence: 3, active_leases: 2, ..Ledger::default() };
+    let both = ledger! { credited: 10, reserved: 10, next_fence: 3, active_leases: 2 };
     assert_ledger(&s, "acct", both).await;
 
     let now = ts(T0 + 1);
@@ -392,8 +333,7 @@ pub async fn release_refusals_wrong_capability_twice_and_after_reclaim<F: StoreF
     assert_ledger(&s, "acct", both).await;
 
     s.release(&one.lease.account_id, &one.lease.lease_id, one.capability.expose(), now).await.unwrap();
-    let after_one =
-        Ledger { credited: 10, available: 4, reserved: 6, next_fence: 3, active_leases: 1, ..Ledger::default() };
+    let after_one = ledger! { credited: 10, available: 4, reserved: 6, next_fence: 3, active_leases: 1 };
     assert_ledger(&s, "acct", after_one).await;
     assert_eq!(
         s.release(&one.lease.account_id, &one.lease.lease_id, one.capability.expose(), now).await.unwrap_err(),
@@ -406,14 +346,13 @@ pub async fn release_refusals_wrong_capability_twice_and_after_reclaim<F: StoreF
         s.release(&two.lease.account_id, &two.lease.lease_id, two.capability.expose(), ts(T0 + 5)).await.unwrap_err(),
         Error::LeaseNotActive { state: LeaseState::Reclaimed }
     );
-    assert_ledger(&s, "acct", Ledger { credited: 10, available: 10, next_fence: 3, ..Ledger::default() }).await;
+    assert_ledger(&s, "acct", ledger! { credited: 10, available: 10, next_fence: 3 }).await;
 }
 
 /// Consolidation settles every source and carries `Σ returned + extra_units` into
 /// one new lease with a new fence and an exact new expiry.
 pub async fn consolidation_carries_units_exactly<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "acct", 100).await;
+    let s = funded_store(f, &[("acct", 100)]).await;
     let cred = credential(&s, "acct", ts(T0)).await;
     let a = s.acquire("acct", 10, nanos(1_000), ts(T0)).await.unwrap();
     let b = s.acquire("acct", 20, nanos(1_000), ts(T0)).await.unwrap();
@@ -423,15 +362,7 @@ pub async fn consolidation_carries_units_exactly<F: StoreFactory>(f: &F) {
     assert_ledger(
         &s,
         "acct",
-        Ledger {
-            credited: 100,
-            available: 65,
-            reserved: 35,
-            billed: 29,
-            next_fence: 4,
-            active_leases: 3,
-            ..Ledger::default()
-        },
+        ledger! { credited: 100, available: 65, reserved: 35, billed: 29, next_fence: 4, active_leases: 3 },
     )
     .await;
 
@@ -478,16 +409,12 @@ pub async fn consolidation_carries_units_exactly<F: StoreFactory>(f: &F) {
 /// Consolidation is all-or-nothing: one bad source refuses the whole request and
 /// every source stays active, with nothing settled.
 pub async fn consolidation_is_refused_atomically<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "a", 100).await;
-    funded(&s, "b", 100).await;
+    let s = funded_store(f, &[("a", 100), ("b", 100)]).await;
     let a1 = s.acquire("a", 10, nanos(1_000), ts(T0)).await.unwrap();
     let a2 = s.acquire("a", 10, nanos(1_000), ts(T0)).await.unwrap();
     let b1 = s.acquire("b", 10, nanos(1_000), ts(T0)).await.unwrap();
-    let held =
-        Ledger { credited: 100, available: 80, reserved: 20, next_fence: 3, active_leases: 2, ..Ledger::default() };
-    let b_held =
-        Ledger { credited: 100, available: 90, reserved: 10, next_fence: 2, active_leases: 1, ..Ledger::default() };
+    let held = ledger! { credited: 100, available: 80, reserved: 20, next_fence: 3, active_leases: 2 };
+    let b_held = ledger! { credited: 100, available: 90, reserved: 10, next_fence: 2, active_leases: 1 };
     let now = ts(T0 + 1);
     let wrong_cap = LeaseHandle { lease_id: a2.lease.lease_id.clone(), capability: a1.capability.expose().to_owned() };
     let missing = LeaseHandle { lease_id: "lse_missing".into(), capability: "tgc_x".into() };
@@ -533,8 +460,7 @@ pub async fn consolidation_is_refused_atomically<F: StoreFactory>(f: &F) {
     }
 
     s.release(&a2.lease.account_id, &a2.lease.lease_id, a2.capability.expose(), now).await.unwrap();
-    let one_left =
-        Ledger { credited: 100, available: 90, reserved: 10, next_fence: 3, active_leases: 1, ..Ledger::default() };
+    let one_left = ledger! { credited: 100, available: 90, reserved: 10, next_fence: 3, active_leases: 1 };
     assert_eq!(
         s.consolidate("a", &[handle(&a1), handle(&a2)], 0, secs(1), now).await.unwrap_err(),
         Error::LeaseNotActive { state: LeaseState::Released }
@@ -560,10 +486,9 @@ pub async fn reclaim_is_bounded_in_account_order_and_idempotent<F: StoreFactory>
     let accounts: Vec<_> = first.reclaimed.iter().map(|r| r.account_id.as_str()).collect();
     assert_eq!(accounts, ["a", "c", "c"]);
     assert!(first.is_full());
-    assert_ledger(&s, "a", Ledger { credited: 10, available: 10, next_fence: 2, ..Ledger::default() }).await;
-    assert_ledger(&s, "c", Ledger { credited: 10, available: 10, next_fence: 3, ..Ledger::default() }).await;
-    assert_ledger(&s, "b", Ledger { credited: 10, reserved: 10, next_fence: 3, active_leases: 2, ..Ledger::default() })
-        .await;
+    assert_ledger(&s, "a", ledger! { credited: 10, available: 10, next_fence: 2 }).await;
+    assert_ledger(&s, "c", ledger! { credited: 10, available: 10, next_fence: 3 }).await;
+    assert_ledger(&s, "b", ledger! { credited: 10, reserved: 10, next_fence: 3, active_leases: 2 }).await;
 
     let second = s.reclaim(now, 1).await.unwrap();
     assert_eq!(second.reclaimed.len(), 1);
@@ -571,7 +496,7 @@ pub async fn reclaim_is_bounded_in_account_order_and_idempotent<F: StoreFactory>
     let third = s.reclaim(now, 10).await.unwrap();
     assert_eq!(third.reclaimed.len(), 1);
     assert!(!third.is_full());
-    let done = Ledger { credited: 10, available: 10, next_fence: 3, ..Ledger::default() };
+    let done = ledger! { credited: 10, available: 10, next_fence: 3 };
     assert_ledger(&s, "b", done).await;
 
     let again = s.reclaim(now, 10).await.unwrap();
@@ -602,19 +527,14 @@ pub async fn reclaim_settles_the_most_overdue_accounts_leases_together<F: StoreF
     let mut expected = vec![format!("a/{}", leases[0]), format!("a/{}", leases[2])];
     expected.sort();
     assert_eq!(settled(&first), expected);
-    assert_ledger(&s, "a", Ledger { credited: 10, available: 10, next_fence: 3, ..Ledger::default() }).await;
-    assert_ledger(
-        &s,
-        "b",
-        Ledger { credited: 10, available: 8, reserved: 2, next_fence: 3, active_leases: 2, ..Ledger::default() },
-    )
-    .await;
+    assert_ledger(&s, "a", ledger! { credited: 10, available: 10, next_fence: 3 }).await;
+    assert_ledger(&s, "b", ledger! { credited: 10, available: 8, reserved: 2, next_fence: 3, active_leases: 2 }).await;
 
     let second = s.reclaim(now, 10).await.unwrap();
     let mut expected = vec![format!("b/{}", leases[1]), format!("b/{}", leases[3])];
     expected.sort();
     assert_eq!(settled(&second), expected);
-    assert_ledger(&s, "b", Ledger { credited: 10, available: 10, next_fence: 3, ..Ledger::default() }).await;
+    assert_ledger(&s, "b", ledger! { credited: 10, available: 10, next_fence: 3 }).await;
     assert!(s.reclaim(now, 10).await.unwrap().reclaimed.is_empty());
 }
 
@@ -622,9 +542,7 @@ pub async fn reclaim_settles_the_most_overdue_accounts_leases_together<F: StoreF
 
 /// Every outcome class and every rejection reason, in one batch, in input order.
 pub async fn ingest_classifies_a_mixed_batch<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "acct", 100).await;
-    funded(&s, "other", 0).await;
+    let s = funded_store(f, &[("acct", 100), ("other", 0)]).await;
     let now = ts(T0);
     let cred = credential(&s, "acct", now).await;
     let foreign = credential(&s, "other", now).await;
@@ -636,16 +554,8 @@ pub async fn ingest_classifies_a_mixed_batch<F: StoreFactory>(f: &F) {
         .await
         .unwrap();
     assert_eq!(ingest_codes(&s, vec![overage("stored", "acct", &cred, 1, now)], now).await, ["stored:accepted"]);
-    let start = Ledger {
-        credited: 100,
-        available: 90,
-        reserved: 10,
-        overage: 1,
-        billed: 1,
-        next_fence: 3,
-        active_leases: 1,
-        ..Ledger::default()
-    };
+    let start =
+        ledger! { credited: 100, available: 90, reserved: 10, overage: 1, billed: 1, next_fence: 3, active_leases: 1 };
     assert_ledger(&s, "acct", start).await;
 
     let mut no_fence = leased("no-fence", &cred, &lease, 1, now);
@@ -708,24 +618,14 @@ pub async fn ingest_classifies_a_mixed_batch<F: StoreFactory>(f: &F) {
 /// "Duplicate detection precedes payload validation, including when a replay
 /// changes its units or funding source."
 pub async fn duplicate_detection_precedes_validation<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "acct", 10).await;
-    funded(&s, "other", 0).await;
+    let s = funded_store(f, &[("acct", 10), ("other", 0)]).await;
     let now = ts(T0);
     let cred = credential(&s, "acct", now).await;
     let other_cred = credential(&s, "other", now).await;
     let lease = s.acquire("acct", 10, secs(60), now).await.unwrap();
     let first = vec![overage("r1", "acct", &cred, 5, now), leased("r2", &cred, &lease, 2, now)];
     assert_eq!(ingest_codes(&s, first, now).await, ["r1:accepted", "r2:accepted"]);
-    let after = Ledger {
-        credited: 10,
-        reserved: 10,
-        overage: 5,
-        billed: 7,
-        next_fence: 2,
-        active_leases: 1,
-        ..Ledger::default()
-    };
+    let after = ledger! { credited: 10, reserved: 10, overage: 5, billed: 7, next_fence: 2, active_leases: 1 };
     assert_ledger(&s, "acct", after).await;
 
     let mut r1_now_leased = leased("r1", &cred, &lease, 500, now);
@@ -738,14 +638,13 @@ pub async fn duplicate_detection_precedes_validation<F: StoreFactory>(f: &F) {
     assert_eq!(ingest_codes(&s, replays, now).await, ["r1:duplicate", "r2:duplicate", "r1:duplicate", "r1:accepted"]);
     assert_eq!(s.lease(&lease.lease.account_id, &lease.lease.lease_id).await.unwrap().used, 2);
     assert_ledger(&s, "acct", after).await;
-    assert_ledger(&s, "other", Ledger { overage: 1, billed: 1, ..Ledger::default() }).await;
+    assert_ledger(&s, "other", ledger! { overage: 1, billed: 1 }).await;
 }
 
 /// "A rejected input does not claim its request ID; a corrected event with that ID
 /// can still be accepted", later in the same batch or in a later batch.
 pub async fn rejected_request_id_is_reusable<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "acct", 0).await;
+    let s = funded_store(f, &[("acct", 0)]).await;
     let now = ts(T0);
     let cred = credential(&s, "acct", now).await;
     let mut incomplete = overage("y", "acct", &cred, 2, now);
@@ -760,9 +659,9 @@ pub async fn rejected_request_id_is_reusable<F: StoreFactory>(f: &F) {
         ingest_codes(&s, batch, now).await,
         ["x:rejected:unknown_credential", "x:accepted", "x:duplicate", "y:rejected:funding_incomplete"]
     );
-    assert_ledger(&s, "acct", Ledger { overage: 1, billed: 1, ..Ledger::default() }).await;
+    assert_ledger(&s, "acct", ledger! { overage: 1, billed: 1 }).await;
     assert_eq!(ingest_codes(&s, vec![overage("y", "acct", &cred, 2, now)], now).await, ["y:accepted"]);
-    assert_ledger(&s, "acct", Ledger { overage: 3, billed: 3, ..Ledger::default() }).await;
+    assert_ledger(&s, "acct", ledger! { overage: 3, billed: 3 }).await;
 }
 
 /// "Both admit zero-unit events", and the largest unit the store's domain holds.
@@ -777,42 +676,27 @@ pub async fn zero_and_maximum_units<F: StoreFactory>(f: &F) {
     assert_eq!(ingest_codes(&s, zeros, now).await, ["z1:accepted", "z2:accepted"]);
     let c = s.credential("zero", &cred).await.unwrap();
     assert_eq!((c.accepted_events, c.accepted_units, c.last_used_at), (2, 0, Some(now)));
-    assert_ledger(
-        &s,
-        "zero",
-        Ledger { credited: 10, reserved: 10, next_fence: 2, active_leases: 1, ..Ledger::default() },
-    )
-    .await;
+    assert_ledger(&s, "zero", ledger! { credited: 10, reserved: 10, next_fence: 2, active_leases: 1 }).await;
 
     funded(&s, "over", 0).await;
     let over_cred = credential(&s, "over", now).await;
     assert_eq!(ingest_codes(&s, vec![overage("max", "over", &over_cred, max, now)], now).await, ["max:accepted"]);
-    assert_ledger(&s, "over", Ledger { overage: max, billed: max, ..Ledger::default() }).await;
+    assert_ledger(&s, "over", ledger! { overage: max, billed: max }).await;
 
     funded(&s, "leased", max).await;
     let leased_cred = credential(&s, "leased", now).await;
     let big = s.acquire("leased", max, secs(60), now).await.unwrap();
     assert_eq!(ingest_codes(&s, vec![leased("max", &leased_cred, &big, max, now)], now).await, ["max:accepted"]);
-    assert_ledger(
-        &s,
-        "leased",
-        Ledger { credited: max, reserved: max, billed: max, next_fence: 2, active_leases: 1, ..Ledger::default() },
-    )
-    .await;
+    assert_ledger(&s, "leased", ledger! { credited: max, reserved: max, billed: max, next_fence: 2, active_leases: 1 })
+        .await;
     let released = s.release(&big.lease.account_id, &big.lease.lease_id, big.capability.expose(), now).await.unwrap();
     assert_eq!(released.settlement, settled(max, 0, 0));
-    assert_ledger(
-        &s,
-        "leased",
-        Ledger { credited: max, consumed: max, billed: max, next_fence: 2, ..Ledger::default() },
-    )
-    .await;
+    assert_ledger(&s, "leased", ledger! { credited: max, consumed: max, billed: max, next_fence: 2 }).await;
 }
 
 /// "Either lease_id and fencing_token together, or neither."
 pub async fn funding_must_be_complete<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "acct", 10).await;
+    let s = funded_store(f, &[("acct", 10)]).await;
     let now = ts(T0);
     let cred = credential(&s, "acct", now).await;
     let lease = s.acquire("acct", 10, secs(60), now).await.unwrap();
@@ -826,19 +710,13 @@ pub async fn funding_must_be_complete<F: StoreFactory>(f: &F) {
         ["e:rejected:funding_incomplete", "e:rejected:funding_incomplete", "e:accepted"]
     );
     assert_eq!(s.lease(&lease.lease.account_id, &lease.lease.lease_id).await.unwrap().used, 1);
-    assert_ledger(
-        &s,
-        "acct",
-        Ledger { credited: 10, reserved: 10, billed: 1, next_fence: 2, active_leases: 1, ..Ledger::default() },
-    )
-    .await;
+    assert_ledger(&s, "acct", ledger! { credited: 10, reserved: 10, billed: 1, next_fence: 2, active_leases: 1 }).await;
 }
 
 /// "Usage beyond a grant is billed as overage, never dropped", on release and on
 /// reclaim.
 pub async fn usage_beyond_the_grant_is_billed_as_overage<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "acct", 20).await;
+    let s = funded_store(f, &[("acct", 20)]).await;
     let now = ts(T0);
     let cred = credential(&s, "acct", now).await;
     let released = s.acquire("acct", 10, secs(60), now).await.unwrap();
@@ -852,15 +730,7 @@ pub async fn usage_beyond_the_grant_is_billed_as_overage<F: StoreFactory>(f: &F)
     assert_ledger(
         &s,
         "acct",
-        Ledger {
-            credited: 20,
-            available: 6,
-            reserved: 14,
-            billed: 22,
-            next_fence: 3,
-            active_leases: 2,
-            ..Ledger::default()
-        },
+        ledger! { credited: 20, available: 6, reserved: 14, billed: 22, next_fence: 3, active_leases: 2 },
     )
     .await;
 
@@ -891,7 +761,7 @@ pub async fn usage_beyond_the_grant_is_billed_as_overage<F: StoreFactory>(f: &F)
     assert_ledger(
         &s,
         "acct",
-        Ledger { credited: 20, available: 6, consumed: 14, overage: 8, billed: 22, next_fence: 3, ..Ledger::default() },
+        ledger! { credited: 20, available: 6, consumed: 14, overage: 8, billed: 22, next_fence: 3 },
     )
     .await;
 }
@@ -906,7 +776,7 @@ pub async fn refused_batch_applies_nothing_in_both_orders<F: StoreFactory>(f: &F
     let now = ts(T0);
     let cred = credential(&s, "acct", now).await;
     let lease = s.acquire("acct", 10, secs(60), now).await.unwrap();
-    let held = Ledger { credited: 10, reserved: 10, next_fence: 2, active_leases: 1, ..Ledger::default() };
+    let held = ledger! { credited: 10, reserved: 10, next_fence: 2, active_leases: 1 };
     let big = overage("big", "acct", &cred, max - 5, now);
     let small = leased("small", &cred, &lease, 6, ts(T0 + 1));
     for batch in [vec![big.clone(), small.clone()], vec![small.clone(), big.clone()]] {
@@ -929,8 +799,7 @@ pub async fn refused_batch_applies_nothing_in_both_orders<F: StoreFactory>(f: &F
 
 /// "Only accepted events affect ... credential activity"; verification never does.
 pub async fn credential_activity_moves_only_on_accepted_events<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "acct", 10).await;
+    let s = funded_store(f, &[("acct", 10)]).await;
     let now = ts(T0);
     let issued = s.issue_credential("acct", "edge", now).await.unwrap();
     let cred = issued.credential.credential_id.clone();
@@ -955,13 +824,12 @@ pub async fn credential_activity_moves_only_on_accepted_events<F: StoreFactory>(
     assert!(s.verify_credential(issued.key.expose()).await.unwrap().valid);
     let c = s.credential("acct", &cred).await.unwrap();
     assert_eq!((c.accepted_events, c.accepted_units, c.last_used_at), expected);
-    assert_ledger(&s, "acct", Ledger { credited: 10, available: 10, overage: 9, billed: 9, ..Ledger::default() }).await;
+    assert_ledger(&s, "acct", ledger! { credited: 10, available: 10, overage: 9, billed: 9 }).await;
 }
 
 /// A stale worker can never report against a lease that was settled or superseded.
 pub async fn stale_fence_cannot_report_after_settlement<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "acct", 10).await;
+    let s = funded_store(f, &[("acct", 10)]).await;
     let now = ts(T0);
     let cred = credential(&s, "acct", now).await;
     let old = s.acquire("acct", 5, secs(60), now).await.unwrap();
@@ -977,12 +845,8 @@ pub async fn stale_fence_cannot_report_after_settlement<F: StoreFactory>(f: &F) 
         s.release(&old.lease.account_id, &old.lease.lease_id, old.capability.expose(), now).await.unwrap_err(),
         Error::LeaseNotActive { state: LeaseState::Consolidated }
     );
-    assert_ledger(
-        &s,
-        "acct",
-        Ledger { credited: 10, available: 5, reserved: 5, next_fence: 3, active_leases: 1, ..Ledger::default() },
-    )
-    .await;
+    assert_ledger(&s, "acct", ledger! { credited: 10, available: 5, reserved: 5, next_fence: 3, active_leases: 1 })
+        .await;
 }
 
 // ------------------------------------------------------ accounts, credentials
@@ -1012,7 +876,7 @@ pub async fn accounts_and_credits<F: StoreFactory>(f: &F) {
         Error::InvalidId { field: "credit_id" }
     );
     assert_eq!(s.credit("ghost", "c1", 1, jiff::Timestamp::UNIX_EPOCH).await.unwrap_err(), Error::AccountNotFound);
-    assert_ledger(&s, "acct", Ledger { credited: 10, available: 10, ..Ledger::default() }).await;
+    assert_ledger(&s, "acct", ledger! { credited: 10, available: 10 }).await;
 
     let max = s.unit_domain().max();
     if max < u64::MAX {
@@ -1029,7 +893,7 @@ pub async fn accounts_and_credits<F: StoreFactory>(f: &F) {
         s.credit("acct", "c4", max, jiff::Timestamp::UNIX_EPOCH).await.unwrap_err(),
         Error::CounterOverflow { counter: "credited" }
     );
-    assert_ledger(&s, "acct", Ledger { credited: 10, available: 10, ..Ledger::default() }).await;
+    assert_ledger(&s, "acct", ledger! { credited: 10, available: 10 }).await;
 
     assert_eq!(s.account("ghost").await.unwrap_err(), Error::AccountNotFound);
     assert_eq!(s.lease("acct", "lse_ghost").await.unwrap_err(), Error::LeaseNotFound);
@@ -1038,8 +902,7 @@ pub async fn accounts_and_credits<F: StoreFactory>(f: &F) {
 }
 
 pub async fn credential_lifecycle<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "acct", 0).await;
+    let s = funded_store(f, &[("acct", 0)]).await;
     let now = ts(T0);
     let issued = s.issue_credential("acct", "edge worker", now).await.unwrap();
     let key = issued.key.expose().to_owned();
@@ -1080,7 +943,7 @@ pub async fn credential_lifecycle<F: StoreFactory>(f: &F) {
         overage("at", "acct", &c.credential_id, 1, ts(T0 + 10)),
     ];
     assert_eq!(ingest_codes(&s, batch, ts(T0 + 30)).await, ["before:accepted", "at:rejected:credential_revoked"]);
-    assert_ledger(&s, "acct", Ledger { overage: 1, billed: 1, ..Ledger::default() }).await;
+    assert_ledger(&s, "acct", ledger! { overage: 1, billed: 1 }).await;
 
     assert_eq!(s.issue_credential("ghost", "x", now).await.unwrap_err(), Error::AccountNotFound);
     assert_eq!(s.issue_credential("acct", &"x".repeat(257), now).await.unwrap_err(), Error::InvalidLabel);

@@ -5,6 +5,8 @@ use tollgate_core::journal::check_replay;
 use tollgate_core::{Entry, GrantPolicy, PageLimit, UsageEvent};
 use tollgate_store::{IssuedLease, LeaseHandle, Store};
 
+use crate::StoreFactory;
+
 /// An instant `ns` nanoseconds from the epoch.
 pub fn ts(ns: i128) -> Timestamp {
     Timestamp::from_nanosecond(ns).expect("instant in the timestamp domain")
@@ -55,8 +57,17 @@ impl Default for Ledger {
     }
 }
 
+/// The [`Ledger`] a case expects, naming only the counters it moved: the
+/// others keep their starting values, so a check reads as what happened.
+macro_rules! ledger {
+    ($($counter:ident: $value:expr),* $(,)?) => {
+        $crate::support::Ledger { $($counter: $value,)* ..$crate::support::Ledger::default() }
+    };
+}
+pub(crate) use ledger;
+
 /// The counters of `account_id` as the store reports them.
-pub async fn ledger<S: Store>(store: &S, account_id: &str) -> Ledger {
+pub async fn stored_ledger<S: Store>(store: &S, account_id: &str) -> Ledger {
     let view = store.account(account_id).await.expect("account readable");
     let a = &view.account;
     Ledger {
@@ -74,7 +85,7 @@ pub async fn ledger<S: Store>(store: &S, account_id: &str) -> Ledger {
 /// The exact ledger check: every counter of `account_id` equals `expected`, and
 /// the store reports no violated equation for any account.
 pub async fn assert_ledger<S: Store>(store: &S, account_id: &str, expected: Ledger) {
-    let actual = ledger(store, account_id).await;
+    let actual = stored_ledger(store, account_id).await;
     assert_eq!(actual, expected, "ledger of {account_id}");
     // The equations, checked here from the expected values independently of the
     // store's own checker, then by the store's checker over its stored leases.
@@ -120,6 +131,17 @@ pub async fn funded<S: Store>(store: &S, account_id: &str, units: u64) {
             .await
             .expect("credited");
     }
+}
+
+/// A store on the policy most cases run under (grace zero, so that the expiry
+/// itself is the boundary) with each `(account_id, units)` of `accounts`
+/// created and credited.
+pub async fn funded_store<F: StoreFactory>(factory: &F, accounts: &[(&str, u64)]) -> F::Store {
+    let store = factory.create(with_grace(SignedDuration::ZERO)).await;
+    for &(account_id, units) in accounts {
+        funded(&store, account_id, units).await;
+    }
+    store
 }
 
 /// A credential for `account_id`; returns its id.

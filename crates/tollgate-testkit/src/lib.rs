@@ -8,13 +8,19 @@
 //! A webhook [`receiver::Receiver`] on loopback records deliveries and checks
 //! their signatures with its own HMAC.
 //!
+//! An [`Api`] is the request vocabulary the handler and end-to-end suites
+//! share: each says only how one request travels.
+//!
 //! A [`browser::Browser`] drives a headless Chromium over the W3C WebDriver
 //! protocol, for the tests of the server's HTML pages.
 //!
 //! This crate is a dev-dependency only; nothing that ships depends on it.
 
+mod api;
 pub mod browser;
 pub mod receiver;
+
+pub use api::{Api, As, STRANGER_TOKEN, outcomes, usage_event};
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -24,7 +30,8 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;
 
@@ -197,6 +204,39 @@ impl ServeProcess {
 pub fn signal(signal: &str, pid: u32) -> std::io::Result<std::process::ExitStatus> {
     assert!(pid > 1, "refusing to signal pid {pid}");
     std::process::Command::new("kill").args(["-s", signal, "--", &pid.to_string()]).status()
+}
+
+/// Sends `GET /healthz` on a kept-alive connection and returns the response's
+/// status line, having read exactly the response (head and body), so that the
+/// connection is ready for the next request: the connection-bound tests ask
+/// whether the server still serves a connection, not only whether it is open.
+pub async fn healthz(stream: &mut TcpStream) -> std::io::Result<String> {
+    stream.write_all(b"GET /healthz HTTP/1.1\r\nhost: test\r\n\r\n").await?;
+    let mut received = Vec::new();
+    let head_end = loop {
+        if let Some(end) = received.windows(4).position(|w| w == b"\r\n\r\n") {
+            break end + 4;
+        }
+        let mut chunk = [0u8; 1024];
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        received.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8(received[..head_end].to_vec()).expect("an ASCII response head");
+    let length: usize = head
+        .lines()
+        .find_map(|line| line.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap()))
+        .expect("the response has a content-length");
+    let mut body_len = received.len() - head_end;
+    while body_len < length {
+        let mut chunk = [0u8; 1024];
+        let n = stream.read(&mut chunk).await?;
+        assert!(n > 0, "the response ended early: {head}");
+        body_len += n;
+    }
+    Ok(head.lines().next().unwrap_or_default().to_owned())
 }
 
 /// A response body as the suites compare it: JSON when it parses, `Null`

@@ -144,6 +144,13 @@ impl Ledger {
 /// The resolution of Tokio's timers: a deadline is observed at most this late.
 const TIMER_TICK: Duration = Duration::from_millis(1);
 
+/// A fresh ledger and a sink that passes every batch to its store.
+async fn passing() -> (Ledger, Arc<FaultySink>) {
+    let ledger = Ledger::new().await;
+    let sink = FaultySink::new(ledger.store.clone(), vec![], Fault::Pass);
+    (ledger, sink)
+}
+
 fn config(batch_events_max: usize, attempts_max: u32) -> WriterConfig {
     WriterConfig {
         queue_events_max: 1_000,
@@ -393,8 +400,7 @@ async fn a_lost_answer_is_not_double_billed() {
 
 #[tokio::test(start_paused = true)]
 async fn an_overflowing_batch_is_refused_by_the_store_and_lost_once() {
-    let ledger = Ledger::new().await;
-    let sink = FaultySink::new(ledger.store.clone(), vec![], Fault::Pass);
+    let (ledger, sink) = passing().await;
     let (writer, losses) = writer_with_losses(sink.clone(), config(2, ATTEMPTS_LIMIT));
     // Each event fits u64 on its own; together they pass u64::MAX, which the
     // memory store refuses as a whole.
@@ -432,8 +438,7 @@ async fn an_overflowing_batch_is_refused_by_the_store_and_lost_once() {
 
 #[tokio::test(start_paused = true)]
 async fn rejections_are_counted_by_reason_and_do_not_block_their_batch() {
-    let ledger = Ledger::new().await;
-    let sink = FaultySink::new(ledger.store.clone(), vec![], Fault::Pass);
+    let (ledger, sink) = passing().await;
     let (writer, losses) = writer_with_losses(sink, config(100, 3));
     let stale = UsageEvent { fencing_token: Some(ledger.fencing_token + 1), ..ledger.leased("stale", 3) };
     let unknown = UsageEvent { credential_id: "nobody".into(), ..ledger.overage("stranger", 4) };
@@ -457,8 +462,7 @@ async fn rejections_are_counted_by_reason_and_do_not_block_their_batch() {
 
 #[tokio::test(start_paused = true)]
 async fn batches_leave_by_size_at_once_and_by_age_after_batch_age_max() {
-    let ledger = Ledger::new().await;
-    let sink = FaultySink::new(ledger.store.clone(), vec![], Fault::Pass);
+    let (ledger, sink) = passing().await;
     let config = config(10, 3);
     let writer = UsageWriter::spawn(sink.clone(), config).unwrap();
     let started = Instant::now();
@@ -513,8 +517,7 @@ async fn batches_grouped_by_account_hold_one_account_each_and_keep_its_order() {
 
 #[tokio::test(start_paused = true)]
 async fn a_single_event_waits_for_its_age_unless_flushed() {
-    let ledger = Ledger::new().await;
-    let sink = FaultySink::new(ledger.store.clone(), vec![], Fault::Pass);
+    let (ledger, sink) = passing().await;
     let config = config(10, 3);
     let writer = UsageWriter::spawn(sink.clone(), config).unwrap();
     writer.record(ledger.leased("early", 2)).unwrap();
@@ -531,8 +534,7 @@ async fn a_single_event_waits_for_its_age_unless_flushed() {
 
 #[tokio::test(start_paused = true)]
 async fn a_full_queue_pushes_back_and_hands_the_event_back() {
-    let ledger = Ledger::new().await;
-    let sink = FaultySink::new(ledger.store.clone(), vec![], Fault::Pass);
+    let (ledger, sink) = passing().await;
     let config = WriterConfig { queue_events_max: 3, batch_events_max: 3, ..config(3, 3) };
     let writer = UsageWriter::spawn(sink, config).unwrap();
     // The worker has not run yet (nothing yielded), so the queue fills.
@@ -668,8 +670,7 @@ async fn a_panicking_loss_subscriber_does_not_stop_the_writer() {
 
 #[tokio::test(start_paused = true)]
 async fn a_panicking_clock_fails_attempts_without_stopping_the_writer() {
-    let ledger = Ledger::new().await;
-    let sink = FaultySink::new(ledger.store.clone(), vec![], Fault::Pass);
+    let (ledger, sink) = passing().await;
     let losses_tx: Arc<Mutex<Vec<LossReport>>> = Arc::new(Mutex::new(Vec::new()));
     let collected = losses_tx.clone();
     let writer = UsageWriter::builder(sink.clone(), config(10, 3))
@@ -691,8 +692,7 @@ async fn a_panicking_clock_fails_attempts_without_stopping_the_writer() {
 
 #[tokio::test(start_paused = true)]
 async fn the_injected_clock_is_the_now_a_direct_store_judges_leases_by() {
-    let ledger = Ledger::new().await;
-    let sink = FaultySink::new(ledger.store.clone(), vec![], Fault::Pass);
+    let (ledger, sink) = passing().await;
     // Two hours on, the one-hour lease is past its boundary (grace zero).
     let later = Timestamp::now() + SignedDuration::from_hours(2);
     let writer = UsageWriter::builder(sink, config(10, 3)).clock(move || later).spawn().unwrap();

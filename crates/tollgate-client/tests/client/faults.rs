@@ -213,6 +213,23 @@ impl FaultProxy {
     }
 }
 
+/// Runs `scenario(postgres: bool)` as two tests: on the memory store and on
+/// PostgreSQL (a database of its own, from [`storage`]).
+macro_rules! on_both_stores {
+    ($scenario:ident: $memory:ident, $postgres:ident) => {
+        #[tokio::test]
+        async fn $memory() {
+            $scenario(false).await;
+        }
+
+        #[tokio::test]
+        async fn $postgres() {
+            $scenario(true).await;
+        }
+    };
+}
+pub(crate) use on_both_stores;
+
 /// A fresh store: memory, or a database of its own on PostgreSQL. Keep the
 /// `TestDb` for as long as the server runs.
 pub(crate) async fn storage(postgres: bool) -> (Storage, Option<TestDb>) {

@@ -4,12 +4,13 @@
 use jiff::SignedDuration;
 use tollgate_api::JournalKindBody;
 use tollgate_client::ClientErrorKind;
-use tollgate_pg::testing::TestDb;
 
-use crate::support::{Server, Storage};
+use crate::faults::{on_both_stores, storage};
+use crate::support::Server;
 
-async fn journal_through_the_client(storage: &Storage) {
-    let server = Server::start(storage).await;
+async fn journal_through_the_client(postgres: bool) {
+    let (storage, _db) = storage(postgres).await;
+    let server = Server::start(&storage).await;
     let (admin, gateway) = (server.admin(), server.gateway());
     admin.create_account("acct-journal").await.unwrap();
     admin.credit("acct-journal", "credit-1", 100).await.unwrap();
@@ -38,13 +39,7 @@ async fn journal_through_the_client(storage: &Storage) {
     assert_eq!((unknown.status, unknown.code.as_str()), (Some(404), "account_not_found"));
 }
 
-#[tokio::test]
-async fn the_journal_reads_through_the_client_on_memory() {
-    journal_through_the_client(&Storage::Memory).await;
-}
-
-#[tokio::test]
-async fn the_journal_reads_through_the_client_on_postgres() {
-    let db = TestDb::create().await;
-    journal_through_the_client(&Storage::Postgres { url: db.url().to_owned() }).await;
-}
+on_both_stores!(
+    journal_through_the_client: the_journal_reads_through_the_client_on_memory,
+    the_journal_reads_through_the_client_on_postgres
+);

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
-use tollgate_client::{ClientConfig, LossReport, RetryConfig, TollgateClient, UsageWriter, WriterConfig, WriterStats};
+use tollgate_client::{
+    ClientConfig, LossReport, RetryConfig, TollgateClient, UsageWriter, WriterBuilder, WriterConfig, WriterStats,
+};
 use tollgate_core::{EventOutcome, IngestError, Outcome, RejectReason, UsageEvent};
 use tollgate_store::UsageSink;
 use tollgate_testkit::{ServeProcess, Stderr, clean_command, tollgate_binary};
@@ -96,20 +98,18 @@ pub(crate) fn writer_config(batch_events_max: usize) -> WriterConfig {
 
 /// A writer whose loss reports are collected for the test to inspect.
 pub(crate) fn writer(sink: Arc<dyn UsageSink>, config: WriterConfig) -> (UsageWriter, Arc<Mutex<Vec<LossReport>>>) {
-    let losses = Arc::new(Mutex::new(Vec::new()));
-    let collected = losses.clone();
-    let writer = UsageWriter::builder(sink, config)
-        .on_loss(move |report| collected.lock().unwrap().push(report.clone()))
-        .spawn()
-        .expect("a valid writer configuration");
-    (writer, losses)
+    collecting_losses(UsageWriter::builder(sink, config))
 }
 
 /// As `writer`, delivering over HTTP with `client` (`UsageWriter::over_http`).
 pub(crate) fn http_writer(client: TollgateClient, config: WriterConfig) -> (UsageWriter, Arc<Mutex<Vec<LossReport>>>) {
+    collecting_losses(UsageWriter::over_http(client, config))
+}
+
+fn collecting_losses(builder: WriterBuilder) -> (UsageWriter, Arc<Mutex<Vec<LossReport>>>) {
     let losses = Arc::new(Mutex::new(Vec::new()));
     let collected = losses.clone();
-    let writer = UsageWriter::over_http(client, config)
+    let writer = builder
         .on_loss(move |report| collected.lock().unwrap().push(report.clone()))
         .spawn()
         .expect("a valid writer configuration");

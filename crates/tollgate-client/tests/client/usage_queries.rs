@@ -6,9 +6,9 @@ use jiff::Timestamp;
 use tollgate_client::{ClientErrorKind, UsageQueryParams};
 use tollgate_core::query::{GroupBy, Window};
 use tollgate_core::{Dimensions, UsageEvent};
-use tollgate_pg::testing::TestDb;
 
-use crate::support::{Server, Storage, Tenant};
+use crate::faults::{on_both_stores, storage};
+use crate::support::{Server, Tenant};
 
 fn at(text: &str) -> Timestamp {
     text.parse().unwrap()
@@ -18,8 +18,9 @@ fn dims(pairs: &[(&str, &str)]) -> Dimensions {
     pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
 }
 
-async fn exercise(storage: &Storage) {
-    let server = Server::start(storage).await;
+async fn exercise(postgres: bool) {
+    let (storage, _db) = storage(postgres).await;
+    let server = Server::start(&storage).await;
     let gateway = server.gateway();
     let tenant = Tenant::create(&server.admin(), "acct-usage", 1).await;
     let event = |id: &str, occurred_at: &str, units: u64, pairs: &[(&str, &str)]| UsageEvent {
@@ -90,14 +91,4 @@ async fn exercise(storage: &Storage) {
     assert_eq!((refused.status, refused.code.as_str()), (Some(400), "invalid_cursor"));
 }
 
-#[tokio::test]
-async fn usage_queries_and_exports_on_memory() {
-    exercise(&Storage::Memory).await;
-}
-
-#[tokio::test]
-async fn usage_queries_and_exports_on_postgres() {
-    let db = TestDb::create().await;
-    exercise(&Storage::Postgres { url: db.url().to_owned() }).await;
-    db.drop_now().await;
-}
+on_both_stores!(exercise: usage_queries_and_exports_on_memory, usage_queries_and_exports_on_postgres);

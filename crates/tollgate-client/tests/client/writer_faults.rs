@@ -5,9 +5,21 @@
 use std::time::Duration;
 
 use tollgate_client::{ClientConfig, LossReason, RetryConfig, Tally, TollgateClient, WriterConfig};
+use tollgate_pg::testing::TestDb;
 
-use crate::faults::{Fault, FaultProxy, storage};
+use crate::faults::{Fault, FaultProxy, on_both_stores, storage};
 use crate::support::{GATEWAY_TOKEN, Server, Tenant, assert_accounted, assert_ledger, http_writer};
+
+/// A fresh store (PostgreSQL when `postgres`: keep its `TestDb`, first so
+/// that it is dropped last, for as long as the server runs), a server on it,
+/// its admin client and a tenant `account_id` with 1 000 units.
+async fn served(postgres: bool, account_id: &str) -> (Option<TestDb>, Server, TollgateClient, Tenant) {
+    let (storage, db) = storage(postgres).await;
+    let server = Server::start(&storage).await;
+    let admin = server.admin();
+    let tenant = Tenant::create(&admin, account_id, 1_000).await;
+    (db, server, admin, tenant)
+}
 
 /// Few quick attempts: a scenario that should settle at once must not be
 /// rescued by retrying.
@@ -29,10 +41,7 @@ fn config() -> WriterConfig {
 /// The answer still settles the whole batch: the accepted events are
 /// delivered (and billed), the unknown one is counted under its wire code.
 async fn unknown_rejection_reason(postgres: bool) {
-    let (storage, _db) = storage(postgres).await;
-    let server = Server::start(&storage).await;
-    let admin = server.admin();
-    let tenant = Tenant::create(&admin, "acct-new-reason", 1_000).await;
+    let (_db, server, admin, tenant) = served(postgres, "acct-new-reason").await;
     let proxy = FaultProxy::start(server.address).await;
     proxy.once("POST", "/v1/usage", 1, Fault::RewriteAnswer { from: "\"unknown_credential\"", to: "\"quota_frozen\"" });
     let client = TollgateClient::new(ClientConfig::new(proxy.url(), Some(GATEWAY_TOKEN))).unwrap();
@@ -55,24 +64,16 @@ async fn unknown_rejection_reason(postgres: bool) {
     assert_ledger(&admin, &tenant.account_id, &stats).await;
 }
 
-#[tokio::test]
-async fn memory_unknown_rejection_reason_settles_the_batch() {
-    unknown_rejection_reason(false).await;
-}
-
-#[tokio::test]
-async fn postgres_unknown_rejection_reason_settles_the_batch() {
-    unknown_rejection_reason(true).await;
-}
+on_both_stores!(
+    unknown_rejection_reason: memory_unknown_rejection_reason_settles_the_batch,
+    postgres_unknown_rejection_reason_settles_the_batch
+);
 
 /// A request the server refuses outright (here a wrong token, 401, or a base
 /// URL with a wrong path, 404) is lost once, on its first attempt,
 /// with the answer's code, and flagged as not applied.
 async fn refused_request_is_lost_once(postgres: bool) {
-    let (storage, _db) = storage(postgres).await;
-    let server = Server::start(&storage).await;
-    let admin = server.admin();
-    let tenant = Tenant::create(&admin, "acct-refused", 1_000).await;
+    let (_db, server, admin, tenant) = served(postgres, "acct-refused").await;
     let wrong_path = format!("{}/nowhere", server.url());
     for (base_url, token, status_code) in
         [(server.url(), "not-the-token", "unauthorized"), (wrong_path, GATEWAY_TOKEN, "not_found")]
@@ -99,23 +100,15 @@ async fn refused_request_is_lost_once(postgres: bool) {
     assert_eq!(account.billed, 0);
 }
 
-#[tokio::test]
-async fn memory_refused_request_is_lost_once() {
-    refused_request_is_lost_once(false).await;
-}
-
-#[tokio::test]
-async fn postgres_refused_request_is_lost_once() {
-    refused_request_is_lost_once(true).await;
-}
+on_both_stores!(
+    refused_request_is_lost_once: memory_refused_request_is_lost_once,
+    postgres_refused_request_is_lost_once
+);
 
 /// An event with a 17 MiB request id is turned away by `record`, with the
 /// event handed back; the 99 valid events of the same moment are delivered.
 async fn an_oversized_event_is_turned_away(postgres: bool) {
-    let (storage, _db) = storage(postgres).await;
-    let server = Server::start(&storage).await;
-    let admin = server.admin();
-    let tenant = Tenant::create(&admin, "acct-oversized", 1_000).await;
+    let (_db, server, admin, tenant) = served(postgres, "acct-oversized").await;
     let (writer, losses) = http_writer(server.gateway(), config());
     for n in 0..99 {
         writer.record(tenant.overage(&format!("ok-{n}"), 1)).unwrap();
@@ -135,10 +128,7 @@ async fn an_oversized_event_is_turned_away(postgres: bool) {
 /// (escaped control characters take six bytes each) is answered 413; the
 /// writer halves it until the halves fit, so nobody's events are lost.
 async fn a_batch_over_the_body_limit_is_split(postgres: bool) {
-    let (storage, _db) = storage(postgres).await;
-    let server = Server::start(&storage).await;
-    let admin = server.admin();
-    let tenant = Tenant::create(&admin, "acct-split", 1_000).await;
+    let (_db, server, admin, tenant) = served(postgres, "acct-split").await;
     let config = WriterConfig {
         queue_events_max: 20_000,
         batch_events_max: 10_000,
@@ -167,22 +157,12 @@ async fn a_batch_over_the_body_limit_is_split(postgres: bool) {
     assert_ledger(&admin, &tenant.account_id, &stats).await;
 }
 
-#[tokio::test]
-async fn memory_an_oversized_event_is_turned_away() {
-    an_oversized_event_is_turned_away(false).await;
-}
+on_both_stores!(
+    an_oversized_event_is_turned_away: memory_an_oversized_event_is_turned_away,
+    postgres_an_oversized_event_is_turned_away
+);
 
-#[tokio::test]
-async fn postgres_an_oversized_event_is_turned_away() {
-    an_oversized_event_is_turned_away(true).await;
-}
-
-#[tokio::test]
-async fn memory_a_batch_over_the_body_limit_is_split() {
-    a_batch_over_the_body_limit_is_split(false).await;
-}
-
-#[tokio::test]
-async fn postgres_a_batch_over_the_body_limit_is_split() {
-    a_batch_over_the_body_limit_is_split(true).await;
-}
+on_both_stores!(
+    a_batch_over_the_body_limit_is_split: memory_a_batch_over_the_body_limit_is_split,
+    postgres_a_batch_over_the_body_limit_is_split
+);

@@ -21,16 +21,13 @@ fn expired_at_t0() -> i128 {
 }
 
 pub async fn keyed_acquire_replays_once_and_refuses_reuse<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "acct", 100).await;
-    funded(&s, "other", 100).await;
+    let s = funded_store(f, &[("acct", 100), ("other", 100)]).await;
     let k = key("3f0c1a52-0d1e-4c2b-9a7e-6b5d4c3b2a19");
     let first = s
         .acquire_idempotent(Some(&k), Acquisition { account_id: "acct", units: 10, ttl: secs(30) }, ts(T0))
         .await
         .unwrap();
-    let once =
-        Ledger { credited: 100, available: 90, reserved: 10, next_fence: 2, active_leases: 1, ..Ledger::default() };
+    let once = ledger! { credited: 100, available: 90, reserved: 10, next_fence: 2, active_leases: 1 };
     assert_ledger(&s, "acct", once).await;
 
     // A retry later, even after the lease was used up, is the original answer.
@@ -65,8 +62,7 @@ pub async fn keyed_acquire_replays_once_and_refuses_reuse<F: StoreFactory>(f: &F
         .unwrap();
     assert_ne!(renewed.lease.lease_id, first.lease.lease_id);
     assert_eq!(renewed.lease.fencing_token, 2);
-    let twice =
-        Ledger { credited: 100, available: 80, reserved: 20, next_fence: 3, active_leases: 2, ..Ledger::default() };
+    let twice = ledger! { credited: 100, available: 80, reserved: 20, next_fence: 3, active_leases: 2 };
     assert_ledger(&s, "acct", twice).await;
     // And the renewed record answers its own retries.
     let retry = s
@@ -82,8 +78,7 @@ pub async fn keyed_acquire_replays_once_and_refuses_reuse<F: StoreFactory>(f: &F
 }
 
 pub async fn keyed_release_and_consolidate_replay_without_settling_twice<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "acct", 100).await;
+    let s = funded_store(f, &[("acct", 100)]).await;
     let a = s.acquire("acct", 10, secs(30), ts(T0)).await.unwrap();
     let b = s.acquire("acct", 20, secs(30), ts(T0)).await.unwrap();
     let c = s.acquire("acct", 30, secs(30), ts(T0)).await.unwrap();
@@ -98,8 +93,7 @@ pub async fn keyed_release_and_consolidate_replay_without_settling_twice<F: Stor
         .await
         .unwrap();
     assert_eq!(released.lease.state, LeaseState::Released);
-    let after_release =
-        Ledger { credited: 100, available: 50, reserved: 50, next_fence: 4, active_leases: 2, ..Ledger::default() };
+    let after_release = ledger! { credited: 100, available: 50, reserved: 50, next_fence: 4, active_leases: 2 };
     assert_ledger(&s, "acct", after_release).await;
     // Unkeyed, a second release is refused; keyed, it is the first answer.
     let retry = s
@@ -124,8 +118,7 @@ pub async fn keyed_release_and_consolidate_replay_without_settling_twice<F: Stor
     let sources = [handle(&b), handle(&c)];
     let merge = Consolidation { account_id: "acct", sources: &sources, extra_units: 5, ttl: secs(30) };
     let merged = s.consolidate_idempotent(Some(&k), merge, ts(T0 + 3)).await.unwrap();
-    let after_merge =
-        Ledger { credited: 100, available: 45, reserved: 55, next_fence: 5, active_leases: 1, ..Ledger::default() };
+    let after_merge = ledger! { credited: 100, available: 45, reserved: 55, next_fence: 5, active_leases: 1 };
     assert_ledger(&s, "acct", after_merge).await;
     let retry = s.consolidate_idempotent(Some(&k), merge, ts(T0 + 4)).await.unwrap();
     assert_eq!(retry, merged);
@@ -135,8 +128,7 @@ pub async fn keyed_release_and_consolidate_replay_without_settling_twice<F: Stor
 }
 
 pub async fn keyed_credential_issue_and_revoke_replay<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "acct", 0).await;
+    let s = funded_store(f, &[("acct", 0)]).await;
     let k = key("issue-key-0001");
     let issued = s.issue_credential_idempotent(Some(&k), "acct", "edge", ts(T0)).await.unwrap();
     let retry = s.issue_credential_idempotent(Some(&k), "acct", "edge", ts(T0 + 1)).await.unwrap();
@@ -162,8 +154,7 @@ pub async fn keyed_credential_issue_and_revoke_replay<F: StoreFactory>(f: &F) {
 /// A refused operation changed nothing, so nothing is recorded and its retry
 /// runs again.
 pub async fn refused_keyed_requests_record_nothing<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "acct", 5).await;
+    let s = funded_store(f, &[("acct", 5)]).await;
     let k = key("refused-key-0001");
     let refused =
         s.acquire_idempotent(Some(&k), Acquisition { account_id: "acct", units: 10, ttl: secs(30) }, ts(T0)).await;
@@ -174,8 +165,7 @@ pub async fn refused_keyed_requests_record_nothing<F: StoreFactory>(f: &F) {
         .await
         .unwrap();
     assert_eq!(granted.lease.granted, 10);
-    let once =
-        Ledger { credited: 10, available: 0, reserved: 10, next_fence: 2, active_leases: 1, ..Ledger::default() };
+    let once = ledger! { credited: 10, available: 0, reserved: 10, next_fence: 2, active_leases: 1 };
     assert_ledger(&s, "acct", once).await;
     let missing = s.revoke_credential_idempotent(Some(&k), "acct", "cred_missing", ts(T0)).await;
     assert_eq!(missing.unwrap_err(), Error::CredentialNotFound);
@@ -194,8 +184,7 @@ pub async fn refused_keyed_requests_record_nothing<F: StoreFactory>(f: &F) {
 }
 
 pub async fn expired_idempotency_records_are_purged_in_bounded_batches<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "acct", 100).await;
+    let s = funded_store(f, &[("acct", 100)]).await;
     for (i, value) in ["purge-key-1", "purge-key-2", "purge-key-3"].into_iter().enumerate() {
         s.acquire_idempotent(
             Some(&key(value)),

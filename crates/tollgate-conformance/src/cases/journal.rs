@@ -46,15 +46,7 @@ pub async fn journal_records_each_kind_with_its_ids_in_sequence<F: StoreFactory>
     let merged = s.consolidate("acct", &[handle(&b)], 5, nanos(10), t(6)).await.unwrap();
     let reclaimed = s.reclaim(t(6 + 10), 10).await.unwrap();
     assert_eq!(reclaimed.reclaimed.len(), 1);
-    let done = Ledger {
-        credited: 100,
-        available: 93,
-        consumed: 7,
-        overage: 3,
-        billed: 10,
-        next_fence: 4,
-        ..Ledger::default()
-    };
+    let done = ledger! { credited: 100, available: 93, consumed: 7, overage: 3, billed: 10, next_fence: 4 };
     assert_ledger(&s, "acct", done).await;
 
     let entries = journal(&s, "acct").await;
@@ -110,15 +102,7 @@ pub async fn no_entry_for_an_operation_that_changes_nothing_or_is_refused<F: Sto
     s.ingest(vec![leased("r1", &cred, &lease, 2, now)], now).await.unwrap();
     let before = journal(&s, "acct").await;
     assert_eq!(kinds(&before), ["credit", "acquire", "usage"]);
-    let held = Ledger {
-        credited: 50,
-        available: 40,
-        reserved: 10,
-        billed: 2,
-        next_fence: 2,
-        active_leases: 1,
-        ..Ledger::default()
-    };
+    let held = ledger! { credited: 50, available: 40, reserved: 10, billed: 2, next_fence: 2, active_leases: 1 };
 
     assert!(!s.credit("acct", "c1", 50, now).await.unwrap().created);
     assert_eq!(s.credit("acct", "c1", 51, now).await.unwrap_err(), Error::CreditConflict { existing_units: 50 });
@@ -142,8 +126,7 @@ pub async fn no_entry_for_an_operation_that_changes_nothing_or_is_refused<F: Sto
 /// A keyed request replayed answers from its record and writes no new
 /// entry; the same key refused for another request writes none either.
 pub async fn keyed_replays_write_no_new_entry<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "acct", 30).await;
+    let s = funded_store(f, &[("acct", 30)]).await;
     let now = ts(T0);
     let key = |value: &str| Idempotency { key: IdempotencyKey::parse(value).expect("key"), retention: secs(60) };
     let (k1, k2) = (key("journal-acquire-1"), key("journal-release-1"));
@@ -168,7 +151,7 @@ pub async fn keyed_replays_write_no_new_entry<F: StoreFactory>(f: &F) {
         s.release_idempotent(Some(&k2), Release { account_id: "acct", lease_id: id, capability }, now).await.unwrap(),
         released
     );
-    assert_ledger(&s, "acct", Ledger { credited: 30, available: 30, next_fence: 2, ..Ledger::default() }).await;
+    assert_ledger(&s, "acct", ledger! { credited: 30, available: 30, next_fence: 2 }).await;
     let entries = journal(&s, "acct").await;
     assert_eq!(kinds(&entries), ["credit", "acquire", "release"]);
     assert_eq!(seqs(&entries), [1, 2, 3]);
@@ -178,9 +161,7 @@ pub async fn keyed_replays_write_no_new_entry<F: StoreFactory>(f: &F) {
 /// settled there in `lease_id` order; pages follow sequence numbers, and a
 /// position past the end is an empty last page.
 pub async fn reclaim_writes_one_entry_per_account_and_pages_follow_the_sequence<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "a", 30).await;
-    funded(&s, "b", 30).await;
+    let s = funded_store(f, &[("a", 30), ("b", 30)]).await;
     let now = ts(T0);
     let mut a_leases = Vec::new();
     for ttl in 1..=3 {
@@ -188,7 +169,7 @@ pub async fn reclaim_writes_one_entry_per_account_and_pages_follow_the_sequence<
     }
     s.acquire("b", 5, nanos(1), now).await.unwrap();
     assert_eq!(s.reclaim(ts(T0 + 10), 10).await.unwrap().reclaimed.len(), 4);
-    let idle = Ledger { credited: 30, available: 30, ..Ledger::default() };
+    let idle = ledger! { credited: 30, available: 30 };
     assert_ledger(&s, "a", Ledger { next_fence: 4, ..idle }).await;
     assert_ledger(&s, "b", Ledger { next_fence: 2, ..idle }).await;
 

@@ -82,21 +82,14 @@ pub async fn accounts_are_listed_in_id_order_page_by_page<F: StoreFactory>(f: &F
     assert_eq!(flat(account_pages(&s, "ab", 2).await), strs(&["ab"]));
     assert_eq!(flat(account_pages(&s, "z", 2).await), Vec::<String>::new());
     assert_eq!(account_pages(&s, "a b", 2).await, vec![Vec::<String>::new()]);
-    assert_ledger(
-        &s,
-        "ab",
-        Ledger { credited: 10, available: 6, reserved: 4, next_fence: 2, active_leases: 1, ..Ledger::default() },
-    )
-    .await;
+    assert_ledger(&s, "ab", ledger! { credited: 10, available: 6, reserved: 4, next_fence: 2, active_leases: 1 }).await;
 }
 
 /// Leases come in `lease_id` order, all of them or those of one state; a
 /// lease is the one `Store::lease` reads. An unknown account is
 /// `account_not_found`, an empty one an empty last page.
 pub async fn leases_are_listed_by_id_and_filtered_by_state<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "a", 100).await;
-    funded(&s, "b", 100).await;
+    let s = funded_store(f, &[("a", 100), ("b", 100)]).await;
     s.create_account("empty").await.unwrap();
     let now = ts(T0);
     let mut held = Vec::new();
@@ -131,12 +124,8 @@ pub async fn leases_are_listed_by_id_and_filtered_by_state<F: StoreFactory>(f: &
     }
     let unknown = s.list_leases("ghost", LeaseFilter::All, &PageRequest::default()).await;
     assert_eq!(unknown.unwrap_err(), Error::AccountNotFound);
-    assert_ledger(
-        &s,
-        "a",
-        Ledger { credited: 100, available: 70, reserved: 30, next_fence: 6, active_leases: 3, ..Ledger::default() },
-    )
-    .await;
+    assert_ledger(&s, "a", ledger! { credited: 100, available: 70, reserved: 30, next_fence: 6, active_leases: 3 })
+        .await;
 }
 
 /// Credentials come in `credential_id` order and credits in `credit_id`
@@ -177,7 +166,7 @@ pub async fn credentials_and_credits_are_listed_by_id<F: StoreFactory>(f: &F) {
     ] {
         assert_eq!(unknown.unwrap_err(), Error::AccountNotFound);
     }
-    assert_ledger(s, "a", Ledger { credited: 31, available: 31, ..Ledger::default() }).await;
+    assert_ledger(s, "a", ledger! { credited: 31, available: 31 }).await;
 }
 
 /// A cursor belongs to its listing, account and filter: presented to
@@ -225,12 +214,8 @@ pub async fn cursors_are_refused_across_listings_accounts_and_filters<F: StoreFa
         let leases = s.list_leases("a", LeaseFilter::All, &request).await;
         assert_eq!(leases.unwrap_err(), Error::InvalidCursor, "{garbage}");
     }
-    assert_ledger(
-        &s,
-        "a",
-        Ledger { credited: 101, available: 99, reserved: 2, next_fence: 3, active_leases: 2, ..Ledger::default() },
-    )
-    .await;
+    assert_ledger(&s, "a", ledger! { credited: 101, available: 99, reserved: 2, next_fence: 3, active_leases: 2 })
+        .await;
 }
 
 /// Rows inserted between pages never make a listing skip or repeat a row:

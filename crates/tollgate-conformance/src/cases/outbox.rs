@@ -131,8 +131,7 @@ pub async fn a_rule_judges_only_changes_after_its_creation<F: StoreFactory>(f: &
 /// to each endpoint that wants the type and no other; a replayed credit
 /// changes nothing and emits nothing.
 pub async fn credits_and_reclaims_reach_the_endpoints_that_want_them<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "acct", 100).await;
+    let s = funded_store(f, &[("acct", 100)]).await;
     let credits = endpoint(&s, "https://example.com/credits", &[EventType::CreditReceived]).await;
     let reclaims = endpoint(&s, "https://example.com/reclaims", &[EventType::LeaseReclaimed]).await;
     s.credit("acct", "c1", 50, t(1)).await.unwrap();

@@ -19,17 +19,13 @@ fn key(value: &str) -> Idempotency {
 /// active. A keyed release recorded under its own account is not replayed
 /// under another.
 pub async fn a_lease_under_another_account_is_not_found_and_nothing_changes<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "a", 100).await;
-    funded(&s, "b", 100).await;
+    let s = funded_store(f, &[("a", 100), ("b", 100)]).await;
     let now = ts(T0);
     let held = s.acquire("a", 10, secs(60), now).await.unwrap();
     let b_lease = s.acquire("b", 5, secs(60), now).await.unwrap();
     let (id, capability) = (held.lease.lease_id.as_str(), held.capability.expose());
-    let a_held =
-        Ledger { credited: 100, available: 90, reserved: 10, next_fence: 2, active_leases: 1, ..Ledger::default() };
-    let b_held =
-        Ledger { credited: 100, available: 95, reserved: 5, next_fence: 2, active_leases: 1, ..Ledger::default() };
+    let a_held = ledger! { credited: 100, available: 90, reserved: 10, next_fence: 2, active_leases: 1 };
+    let b_held = ledger! { credited: 100, available: 95, reserved: 5, next_fence: 2, active_leases: 1 };
 
     for account in ["b", "ghost"] {
         assert_eq!(s.lease(account, id).await.unwrap_err(), Error::LeaseNotFound, "{account}");
@@ -71,9 +67,7 @@ pub async fn a_lease_under_another_account_is_not_found_and_nothing_changes<F: S
 /// A credential read or revoked (with or without a key) under another
 /// account is `credential_not_found`, and it stays unrevoked and valid.
 pub async fn a_credential_under_another_account_is_not_found_and_stays_valid<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "a", 0).await;
-    funded(&s, "b", 0).await;
+    let s = funded_store(f, &[("a", 0), ("b", 0)]).await;
     let now = ts(T0);
     let issued = s.issue_credential("a", "edge", now).await.unwrap();
     let id = issued.credential.credential_id.as_str();

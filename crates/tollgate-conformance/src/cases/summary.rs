@@ -30,8 +30,7 @@ pub async fn the_lease_summary_counts_active_and_due_leases_of_every_account<F: 
     }
     let released = s.acquire("c", 5, nanos(4_000), ts(T0)).await.unwrap();
     s.acquire("c", 5, secs(10), ts(T0)).await.unwrap();
-    let two =
-        Ledger { credited: 100, available: 90, reserved: 10, next_fence: 3, active_leases: 2, ..Ledger::default() };
+    let two = ledger! { credited: 100, available: 90, reserved: 10, next_fence: 3, active_leases: 2 };
     for account in ["a", "b", "c"] {
         assert_ledger(&s, account, two).await;
     }

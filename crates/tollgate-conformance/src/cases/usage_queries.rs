@@ -66,8 +66,7 @@ async fn export_all<S: Store>(s: &S, account_id: &str, from: i128, to: i128, lim
 /// other dimensions is a duplicate; a rejected id stays free." Accepted
 /// dimensions are exported exactly as reported.
 pub async fn dimensions_are_validated_after_duplicates<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "a", 0).await;
+    let s = funded_store(f, &[("a", 0)]).await;
     let now = ts(T0);
     let c = credential(&s, "a", now).await;
     let e = |id: &str| overage(id, "a", &c, 1, ts(B));
@@ -102,7 +101,7 @@ pub async fn dimensions_are_validated_after_duplicates<F: StoreFactory>(f: &F) {
         "ok:duplicate".to_owned(),
     ];
     assert_eq!(codes, expected);
-    assert_ledger(&s, "a", Ledger { overage: 1, billed: 1, ..Ledger::default() }).await;
+    assert_ledger(&s, "a", ledger! { overage: 1, billed: 1 }).await;
 
     // A replay with other dimensions in a later batch is a duplicate; a
     // rejected id, corrected, is accepted; the widest valid set is accepted.
@@ -110,7 +109,7 @@ pub async fn dimensions_are_validated_after_duplicates<F: StoreFactory>(f: &F) {
     let widest: Vec<(&str, &str)> = widest.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let batch = vec![with(e("ok"), &[]), with(e("upper"), &[("model", "x")]), with(e("nine"), &widest)];
     assert_eq!(ingest_codes(&s, batch, now).await, ["ok:duplicate", "upper:accepted", "nine:accepted"]);
-    assert_ledger(&s, "a", Ledger { overage: 3, billed: 3, ..Ledger::default() }).await;
+    assert_ledger(&s, "a", ledger! { overage: 3, billed: 3 }).await;
 
     let exported = export_all(&s, "a", B, B + 1, 10).await;
     let ids: Vec<&str> = exported.iter().map(|e| e.request_id.as_str()).collect();
@@ -125,8 +124,7 @@ pub async fn dimensions_are_validated_after_duplicates<F: StoreFactory>(f: &F) {
 /// boundary lands in the earlier bucket. Partial windows at both ends are
 /// buckets of their own, clipped to the range; empty buckets are listed.
 pub async fn usage_windows_are_exact_to_the_nanosecond<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "a", 0).await;
+    let s = funded_store(f, &[("a", 0)]).await;
     let now = ts(T0);
     let c = credential(&s, "a", now).await;
     let from = B - 7;
@@ -164,8 +162,7 @@ pub async fn usage_windows_are_exact_to_the_nanosecond<F: StoreFactory>(f: &F) {
 /// bucket of an instant one nanosecond before the epoch starts a day before
 /// it, and hours before the epoch are whole hours.
 pub async fn usage_before_the_epoch<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "a", 0).await;
+    let s = funded_store(f, &[("a", 0)]).await;
     let now = ts(T0);
     let c = credential(&s, "a", now).await;
     let at = |id: &str, ns: i128, units: u64| overage(id, "a", &c, units, ts(ns));
@@ -201,9 +198,7 @@ pub async fn usage_before_the_epoch<F: StoreFactory>(f: &F) {
 /// `None` group, distinct from every value); other accounts' events never
 /// count.
 pub async fn usage_groups_by_credential_lease_funding_and_dimension<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "a", 100).await;
-    funded(&s, "b", 100).await;
+    let s = funded_store(f, &[("a", 100), ("b", 100)]).await;
     let now = ts(T0);
     let (c1, c2, cb) = (credential(&s, "a", now).await, credential(&s, "a", now).await, credential(&s, "b", now).await);
     let lease = s.acquire("a", 50, secs(60), now).await.unwrap();
@@ -242,8 +237,7 @@ pub async fn usage_groups_by_credential_lease_funding_and_dimension<F: StoreFact
 /// any store is asked; an unknown account is `account_not_found` for both
 /// queries and exports.
 pub async fn usage_refusals<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "a", 0).await;
+    let s = funded_store(f, &[("a", 0)]).await;
     let range = |from: i128, to: i128| Range::new(ts(from), ts(to)).expect("range");
     let edge = UsageQuery::new(range(B, B + 10_000 * MINUTE), Some(Window::Minute), GroupBy::Nothing);
     assert_eq!(s.usage("a", &edge.unwrap()).await.unwrap().buckets.len(), 10_000);
@@ -261,9 +255,7 @@ pub async fn usage_refusals<F: StoreFactory>(f: &F) {
 /// (one sorting after the cursor shows up, one before it does not); a
 /// cursor of another account or range is `invalid_cursor`.
 pub async fn usage_exports_page_in_order<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "a", 0).await;
-    funded(&s, "b", 0).await;
+    let s = funded_store(f, &[("a", 0), ("b", 0)]).await;
     let now = ts(T0);
     let c = credential(&s, "a", now).await;
     let cb = credential(&s, "b", now).await;
@@ -328,9 +320,7 @@ const H0: i128 = 1_700_002_800_000_000_000;
 /// and other accounts' events never count. (PostgreSQL reads whole hours
 /// from its hourly totals, `UsageQuery::hourly_plan`.)
 pub async fn usage_totals_are_the_events_across_whole_and_partial_hours<F: StoreFactory>(f: &F) {
-    let s = f.create(with_grace(nanos(0))).await;
-    funded(&s, "a", 100).await;
-    funded(&s, "b", 0).await;
+    let s = funded_store(f, &[("a", 100), ("b", 0)]).await;
     let now = ts(T0);
     let (c1, c2, cb) = (credential(&s, "a", now).await, credential(&s, "a", now).await, credential(&s, "b", now).await);
     let lease = s.acquire("a", 50, secs(60), now).await.unwrap();
@@ -398,15 +388,6 @@ pub async fn usage_totals_are_the_events_across_whole_and_partial_hours<F: Store
     let leases = usage(H0 - HOUR, H0 + 3 * HOUR, None, GroupBy::Lease).await;
     let expected = vec![one(None, 53, 4), one(Some(&lease.lease.lease_id), 10, 2)];
     assert_eq!(leases, vec![(H0 - HOUR, H0 + 3 * HOUR, expected)]);
-    let ledger = Ledger {
-        credited: 100,
-        available: 50,
-        reserved: 50,
-        overage: 53,
-        billed: 63,
-        next_fence: 2,
-        active_leases: 1,
-        ..Ledger::default()
-    };
+    let ledger = ledger! { credited: 100, available: 50, reserved: 50, overage: 53, billed: 63, next_fence: 2, active_leases: 1 };
     assert_ledger(&s, "a", ledger).await;
 }

@@ -15,6 +15,7 @@ mod lease_summary_index;
 mod migrations;
 mod outbox;
 mod partitioning;
+mod plans;
 mod reclaim;
 mod schema;
 mod store;

@@ -11,7 +11,7 @@ use sqlx::{Connection, PgConnection, PgPool};
 use tollgate_pg::migrations::{self, MigrationError, versions_from};
 use tollgate_pg::testing::{PgFailure, TestDb, pg_failure};
 
-use crate::fixtures::{conservation_violations, rows_without_lease_expiry};
+use crate::fixtures::{conservation_violations, migrated_through_holding, rows_without_lease_expiry};
 
 /// A populated 0014-era account: seven leases covering positive, zero-µs,
 /// negative and both domain-endpoint expiries, one settled; leased and
@@ -138,9 +138,7 @@ async fn upgrade_from_populated_0016_preserves_accounting_and_bounds_legacy_expi
 /// migration history kept.
 #[tokio::test]
 async fn invalid_history_fails_0016_then_evidence_based_repair_passes() {
-    let db = TestDb::create().await;
-    db.migrate_through(14).await.expect("0001-0014 apply");
-    sqlx::raw_sql(LEGACY_FIXTURE).execute(db.pool()).await.expect("legacy fixture");
+    let db = migrated_through_holding(14, LEGACY_FIXTURE, "legacy fixture").await;
     // Corrupt history, as a buggy legacy writer could have left it, next to
     // the evidence an operator would reconcile it from (here: a table standing
     // in for the gateway's own usage log and the account's allocation record).
@@ -220,9 +218,7 @@ async fn out_of_domain_legacy_expiry_rolls_back_0017_entirely() {
     let cases: [(&str, i64); 2] =
         [("above Timestamp::MAX", 253_402_207_201_000_000), ("below Timestamp::MIN", -377_705_023_201_000_001)];
     for (name, expires_at_us) in cases {
-        let db = TestDb::create().await;
-        db.migrate_through(16).await.expect("0001-0016 apply");
-        sqlx::raw_sql(LEGACY_FIXTURE).execute(db.pool()).await.expect("legacy fixture");
+        let db = migrated_through_holding(16, LEGACY_FIXTURE, "legacy fixture").await;
         sqlx::query("UPDATE tollgate_leases SET expires_at_us = $1 WHERE lease_id = 'pos'")
             .bind(expires_at_us)
             .execute(db.pool())
@@ -272,9 +268,7 @@ async fn out_of_domain_legacy_expiry_rolls_back_0017_entirely() {
 /// it, and the rollback of that transaction leaves the account as it was.
 #[tokio::test]
 async fn old_lease_sql_on_a_retained_connection_fails_and_rolls_back_its_debit() {
-    let db = TestDb::create().await;
-    db.migrate_through(16).await.expect("0001-0016 apply");
-    sqlx::raw_sql(LEGACY_FIXTURE).execute(db.pool()).await.expect("legacy fixture");
+    let db = migrated_through_holding(16, LEGACY_FIXTURE, "legacy fixture").await;
 
     // The old binary's connection, with its 0016-era statements prepared.
     let mut old: PgConnection = PgConnection::connect_with(&db.connect_options()).await.expect("old connection");
@@ -335,9 +329,7 @@ async fn old_lease_sql_on_a_retained_connection_fails_and_rolls_back_its_debit()
 /// that holds lease rows, and that transaction completes in the old format.
 #[tokio::test]
 async fn migration_waits_for_a_running_old_transaction() {
-    let db = TestDb::create().await;
-    db.migrate_through(16).await.expect("0001-0016 apply");
-    sqlx::raw_sql(LEGACY_FIXTURE).execute(db.pool()).await.expect("legacy fixture");
+    let db = migrated_through_holding(16, LEGACY_FIXTURE, "legacy fixture").await;
 
     let mut old = PgConnection::connect_with(&db.connect_options()).await.expect("old connection");
     let mut tx = old.begin().await.expect("begin");

@@ -16,6 +16,8 @@ use tollgate_pg::PostgresStore;
 use tollgate_pg::testing::TestDb;
 use tollgate_store::{AttemptResult, DeliveryClaim, DeliveryState, FinishedAttempt, NewEndpoint, Outbox, Store};
 
+use crate::fixtures::migrated_through;
+
 const T0: i128 = 1_700_000_000_123_456_789;
 
 /// A claim of up to `limit` deliveries, each due again `claim_for` after it,
@@ -255,8 +257,7 @@ async fn a_refusal_sees_a_rearming_entry_not_yet_derived() {
 /// from their first entry, from a new account's counters.
 #[tokio::test]
 async fn accounts_from_before_0024_derive_only_later_entries() {
-    let db = TestDb::create().await;
-    db.migrate_through(23).await.expect("0001-0023 apply");
+    let db = migrated_through(23).await;
     sqlx::raw_sql(
         "INSERT INTO tollgate_accounts (account_id, credited, available, reserved, next_fence, journal_seq)
          VALUES ('old', 100, 100, 0, 1, 1);
@@ -435,14 +436,21 @@ async fn an_account_whose_entries_do_not_apply_is_skipped_until_repaired() {
     assert_eq!(s.derive_events(1_000).await.expect("derived"), 0);
 }
 
+/// `acct-a`, `acct-b` and `acct-c` derived, with `acct-a`, first in account
+/// order, broken by an entry its cursor cannot apply.
+async fn behind_a_broken_account() -> PostgresStore {
+    let s = derived_accounts(&["acct-a", "acct-b", "acct-c"]).await;
+    set_cursor_available(&s, "acct-a", 0).await;
+    acquire_40(&s, "acct-a", ts(10)).await;
+    s
+}
+
 /// A broken account first in account order with more pending entries than
 /// a pass's bound does not stop the accounts after it: each pass reads past
 /// its entries and derives up to its bound of the others'.
 #[tokio::test]
 async fn a_pass_reads_past_a_skipped_account_with_more_entries_than_its_bound() {
-    let s = derived_accounts(&["acct-a", "acct-b", "acct-c"]).await;
-    set_cursor_available(&s, "acct-a", 0).await;
-    acquire_40(&s, "acct-a", ts(10)).await;
+    let s = behind_a_broken_account().await;
     for c in 2..=3 {
         s.credit("acct-a", &format!("c{c}"), 1, ts(10 + c)).await.expect("credit");
         s.credit("acct-b", &format!("c{c}"), 1, ts(20 + c)).await.expect("credit");
@@ -462,9 +470,7 @@ async fn a_pass_reads_past_a_skipped_account_with_more_entries_than_its_bound() 
 /// derives fewer entries than its bound has left nothing derivable.
 #[tokio::test]
 async fn a_pass_rereads_an_account_its_bound_cut_short_next_to_a_skipped_one() {
-    let s = derived_accounts(&["acct-a", "acct-b", "acct-c"]).await;
-    set_cursor_available(&s, "acct-a", 0).await;
-    acquire_40(&s, "acct-a", ts(10)).await;
+    let s = behind_a_broken_account().await;
     for c in 2..=4 {
         s.credit("acct-b", &format!("c{c}"), 1, ts(20 + c)).await.expect("credit");
     }

@@ -7,6 +7,8 @@ use sqlx::migrate::MigrationType;
 use tollgate_pg::migrations::{MIGRATOR, MigrationError, latest_version, migrator_through};
 use tollgate_pg::testing::{TestDb, pg_failure};
 
+use crate::fixtures::migrated_through;
+
 /// What a direct write must lead to.
 #[derive(Debug, Clone, Copy)]
 enum Expect {
@@ -42,9 +44,12 @@ const FIXTURE: &str = "
     VALUES ('cred', 'acct', 'fixture', '\\x01', 0, 0);
 ";
 
-/// Runs every case in its own rolled-back transaction and checks its result.
-/// All failures are collected so one run shows every broken case.
-async fn check_cases(db: &TestDb, cases: &[Case]) {
+/// Runs every case on a migrated database of its own holding the fixture, each
+/// case in its own rolled-back transaction, and checks its result. All failures
+/// are collected so one run shows every broken case.
+async fn check_cases(cases: &[Case]) {
+    let db = TestDb::create_migrated().await;
+    sqlx::raw_sql(FIXTURE).execute(db.pool()).await.expect("fixture");
     let mut failures = Vec::new();
     for case in cases {
         let mut tx = db.pool().begin().await.expect("begin");
@@ -75,12 +80,7 @@ async fn check_cases(db: &TestDb, cases: &[Case]) {
         }
     }
     assert!(failures.is_empty(), "cases failed:\n{}", failures.join("\n"));
-}
-
-async fn migrated_with_fixture() -> TestDb {
-    let db = TestDb::create_migrated().await;
-    sqlx::raw_sql(FIXTURE).execute(db.pool()).await.expect("fixture");
-    db
+    db.drop_now().await;
 }
 
 // Usage-event columns in one place, so each case below shows only its values.
@@ -107,80 +107,67 @@ macro_rules! lease_insert {
 #[tokio::test]
 async fn usage_event_writes_outside_the_guards_are_rejected() {
     use Expect::*;
-    let db = migrated_with_fixture().await;
-    check_cases(
-        &db,
-        &[
-            case(
-                "negative units",
-                usage_insert!("('acct','r','cred',-1,0,0,NULL,NULL)"),
-                CheckViolation("tollgate_usage_events_units_nonnegative"),
+    check_cases(&[
+        case(
+            "negative units",
+            usage_insert!("('acct','r','cred',-1,0,0,NULL,NULL)"),
+            CheckViolation("tollgate_usage_events_units_nonnegative"),
+        ),
+        case(
+            "most negative units",
+            usage_insert!("('acct','r','cred',-9223372036854775808,0,0,NULL,NULL)"),
+            CheckViolation("tollgate_usage_events_units_nonnegative"),
+        ),
+        case(
+            "zero fence",
+            usage_insert!("('acct','r','cred',1,0,0,'lease-1',0)"),
+            CheckViolation("tollgate_usage_events_fence_positive"),
+        ),
+        case(
+            "negative fence",
+            usage_insert!("('acct','r','cred',1,0,0,'lease-1',-1)"),
+            CheckViolation("tollgate_usage_events_fence_positive"),
+        ),
+        case(
+            "lease without fence",
+            usage_insert!("('acct','r','cred',1,0,0,'lease-1',NULL)"),
+            CheckViolation("tollgate_usage_events_funding_all_or_nothing"),
+        ),
+        case(
+            "fence without lease",
+            usage_insert!("('acct','r','cred',1,0,0,NULL,1)"),
+            CheckViolation("tollgate_usage_events_funding_all_or_nothing"),
+        ),
+        case(
+            "units updated negative",
+            concat!(
+                usage_insert!("('acct','r','cred',1,0,0,NULL,NULL)"),
+                ";",
+                "UPDATE tollgate_usage_events SET units = -1 WHERE request_id = 'r'"
             ),
-            case(
-                "most negative units",
-                usage_insert!("('acct','r','cred',-9223372036854775808,0,0,NULL,NULL)"),
-                CheckViolation("tollgate_usage_events_units_nonnegative"),
-            ),
-            case(
-                "zero fence",
-                usage_insert!("('acct','r','cred',1,0,0,'lease-1',0)"),
-                CheckViolation("tollgate_usage_events_fence_positive"),
-            ),
-            case(
-                "negative fence",
-                usage_insert!("('acct','r','cred',1,0,0,'lease-1',-1)"),
-                CheckViolation("tollgate_usage_events_fence_positive"),
-            ),
-            case(
-                "lease without fence",
-                usage_insert!("('acct','r','cred',1,0,0,'lease-1',NULL)"),
-                CheckViolation("tollgate_usage_events_funding_all_or_nothing"),
-            ),
-            case(
-                "fence without lease",
-                usage_insert!("('acct','r','cred',1,0,0,NULL,1)"),
-                CheckViolation("tollgate_usage_events_funding_all_or_nothing"),
-            ),
-            case(
-                "units updated negative",
-                concat!(
-                    usage_insert!("('acct','r','cred',1,0,0,NULL,NULL)"),
-                    ";",
-                    "UPDATE tollgate_usage_events SET units = -1 WHERE request_id = 'r'"
-                ),
-                CheckViolation("tollgate_usage_events_units_nonnegative"),
-            ),
-        ],
-    )
+            CheckViolation("tollgate_usage_events_units_nonnegative"),
+        ),
+    ])
     .await;
-    db.drop_now().await;
 }
 
 #[tokio::test]
 async fn usage_event_boundary_values_are_accepted() {
     use Expect::*;
-    let db = migrated_with_fixture().await;
-    check_cases(
-        &db,
-        &[
-            case("zero units", usage_insert!("('acct','r','cred',0,0,0,NULL,NULL)"), Accepted),
-            case("maximum units", usage_insert!("('acct','r','cred',9223372036854775807,0,0,NULL,NULL)"), Accepted),
-            case("fence one", usage_insert!("('acct','r','cred',1,0,0,'lease-1',1)"), Accepted),
-            case("maximum fence", usage_insert!("('acct','r','cred',1,0,0,'lease-1',9223372036854775807)"), Accepted),
-            case("overage, no funding", usage_insert!("('acct','r','cred',5,-1,999,NULL,NULL)"), Accepted),
-        ],
-    )
+    check_cases(&[
+        case("zero units", usage_insert!("('acct','r','cred',0,0,0,NULL,NULL)"), Accepted),
+        case("maximum units", usage_insert!("('acct','r','cred',9223372036854775807,0,0,NULL,NULL)"), Accepted),
+        case("fence one", usage_insert!("('acct','r','cred',1,0,0,'lease-1',1)"), Accepted),
+        case("maximum fence", usage_insert!("('acct','r','cred',1,0,0,'lease-1',9223372036854775807)"), Accepted),
+        case("overage, no funding", usage_insert!("('acct','r','cred',5,-1,999,NULL,NULL)"), Accepted),
+    ])
     .await;
-    db.drop_now().await;
 }
 
 #[tokio::test]
 async fn lease_and_account_writes_outside_the_guards_are_rejected() {
     use Expect::*;
-    let db = migrated_with_fixture().await;
-    check_cases(
-        &db,
-        &[
+    check_cases(&[
             case("lease zero fence", lease_insert!("('l','acct',0,'\\x00',1,0,'active',0,0,false)"),
                 CheckViolation("tollgate_leases_fence_positive")),
             case("lease negative fence", lease_insert!("('l','acct',-7,'\\x00',1,0,'active',0,0,false)"),
@@ -222,42 +209,35 @@ async fn lease_and_account_writes_outside_the_guards_are_rejected() {
             case("zero-unit credit",
                 "INSERT INTO tollgate_credits (account_id, credit_id, units) VALUES ('acct', 'c', 0)",
                 CheckViolation("tollgate_credits_units_check")),
-        ],
-    )
+        ])
     .await;
-    db.drop_now().await;
 }
 
 #[tokio::test]
 async fn lease_boundary_values_are_accepted() {
     use Expect::*;
-    let db = migrated_with_fixture().await;
-    check_cases(
-        &db,
-        &[
-            case(
-                "Timestamp::MIN",
-                lease_insert!("('l','acct',2,'\\x00',1,0,'active',-377705023201000000,0,false)"),
-                Accepted,
-            ),
-            case(
-                "Timestamp::MAX",
-                lease_insert!("('l','acct',2,'\\x00',1,0,'active',253402207200999999,999,false)"),
-                Accepted,
-            ),
-            case("submicro 0", lease_insert!("('l','acct',2,'\\x00',1,0,'active',0,0,false)"), Accepted),
-            case("submicro 999", lease_insert!("('l','acct',2,'\\x00',1,0,'active',-1,999,false)"), Accepted),
-            case("settled state", lease_insert!("('l','acct',2,'\\x00',0,0,'consolidated',0,0,true)"), Accepted),
-            case("next_fence one", "UPDATE tollgate_accounts SET next_fence = 1 WHERE account_id = 'acct'", Accepted),
-            case(
-                "next_fence maximum",
-                "UPDATE tollgate_accounts SET next_fence = 9223372036854775807 WHERE account_id = 'acct'",
-                Accepted,
-            ),
-        ],
-    )
+    check_cases(&[
+        case(
+            "Timestamp::MIN",
+            lease_insert!("('l','acct',2,'\\x00',1,0,'active',-377705023201000000,0,false)"),
+            Accepted,
+        ),
+        case(
+            "Timestamp::MAX",
+            lease_insert!("('l','acct',2,'\\x00',1,0,'active',253402207200999999,999,false)"),
+            Accepted,
+        ),
+        case("submicro 0", lease_insert!("('l','acct',2,'\\x00',1,0,'active',0,0,false)"), Accepted),
+        case("submicro 999", lease_insert!("('l','acct',2,'\\x00',1,0,'active',-1,999,false)"), Accepted),
+        case("settled state", lease_insert!("('l','acct',2,'\\x00',0,0,'consolidated',0,0,true)"), Accepted),
+        case("next_fence one", "UPDATE tollgate_accounts SET next_fence = 1 WHERE account_id = 'acct'", Accepted),
+        case(
+            "next_fence maximum",
+            "UPDATE tollgate_accounts SET next_fence = 9223372036854775807 WHERE account_id = 'acct'",
+            Accepted,
+        ),
+    ])
     .await;
-    db.drop_now().await;
 }
 
 /// The guards of 0015 are validated by 0016: none may be left NOT VALID.
@@ -442,8 +422,7 @@ async fn apply_reports_each_version_once() {
 /// the version it does not know, and changes nothing.
 #[tokio::test]
 async fn old_catalogue_refuses_a_newer_database() {
-    let db = TestDb::create().await;
-    db.migrate_through(15).await.expect("0001-0015 apply");
+    let db = migrated_through(15).await;
 
     let error = tollgate_pg::migrations::apply_with(&migrator_through(14), db.pool())
         .await

@@ -13,7 +13,8 @@ use tollgate_pg::migrations::{latest_version, versions_from};
 use tollgate_pg::testing::TestDb;
 use tollgate_pg::{ConnectError, MigrationError, PostgresStore};
 use tollgate_store::{
-    IssuedLease, LeaseHandle, LegacyBoundCount, ReclaimReport, Store, UnlockedCounts, UnlockedOperation, UsageSink,
+    IssuedLease, LeaseHandle, LegacyBoundCount, ReclaimReport, Released, Store, UnlockedCounts, UnlockedOperation,
+    UsageSink,
 };
 
 use crate::fixtures;
@@ -46,6 +47,19 @@ async fn funded(s: &impl Store, account_id: &str, units: u64) {
 
 async fn credential(s: &impl Store, account_id: &str) -> String {
     s.issue_credential(account_id, "gw", ts(T0)).await.expect("credential").credential.credential_id
+}
+
+/// Accounts `acct-0` to `acct-{count - 1}`, each credited `units` and given a
+/// credential; returns each account's id with its credential's id.
+async fn funded_with_credentials(s: &impl Store, count: usize, units: u64) -> Vec<(String, String)> {
+    let mut accounts = Vec::new();
+    for a in 0..count {
+        let account_id = format!("acct-{a}");
+        funded(s, &account_id, units).await;
+        let credential_id = credential(s, &account_id).await;
+        accounts.push((account_id, credential_id));
+    }
+    accounts
 }
 
 fn event(
@@ -479,15 +493,13 @@ async fn reclaim_passes_racing_usage_and_releases_on_the_same_accounts_never_dea
     let (one, two) = two_servers(4).await;
     let mut due = BTreeSet::new();
     let mut live = Vec::new();
-    let mut credentials = Vec::new();
-    for a in 0..ACCOUNTS {
-        let account_id = format!("acct-{a}");
-        funded(&*one, &account_id, 100_000).await;
-        credentials.push(credential(&*one, &account_id).await);
+    let accounts = funded_with_credentials(&*one, ACCOUNTS, 100_000).await;
+    let credentials: Vec<String> = accounts.iter().map(|(_, credential_id)| credential_id.clone()).collect();
+    for (account_id, _) in &accounts {
         for i in 0..LEASES {
-            let expiring = one.acquire(&account_id, 10, nanos(1_000 + i as i64), ts(T0)).await.unwrap();
+            let expiring = one.acquire(account_id, 10, nanos(1_000 + i as i64), ts(T0)).await.unwrap();
             due.insert(expiring.lease.lease_id);
-            live.push(one.acquire(&account_id, 10, nanos(3_600_000_000_000), ts(T0)).await.unwrap());
+            live.push(one.acquire(account_id, 10, nanos(3_600_000_000_000), ts(T0)).await.unwrap());
         }
     }
     let now = ts(T0 + 10_000);
@@ -609,15 +621,13 @@ async fn mixed_concurrent_operations_neither_deadlock_nor_leak_units() {
     let (one, two) = two_servers(8).await;
 
     let mut leases = Vec::new();
-    let mut creds = BTreeMap::new();
-    for a in 0..ACCOUNTS {
-        let account_id = format!("acct-{a}");
-        funded(&*one, &account_id, 1_000).await;
-        creds.insert(account_id.clone(), credential(&*one, &account_id).await);
+    let accounts = funded_with_credentials(&*one, ACCOUNTS, 1_000).await;
+    let creds: BTreeMap<String, String> = accounts.iter().cloned().collect();
+    for (account_id, _) in &accounts {
         for i in 0..LEASES_PER_ACCOUNT {
             // Half expire at T0 + 500 (reclaimable at `late`), half live long.
             let ttl = if i % 2 == 0 { nanos(500) } else { nanos(60_000_000_000) };
-            leases.push(one.acquire(&account_id, 10, ttl, ts(T0)).await.unwrap());
+            leases.push(one.acquire(account_id, 10, ttl, ts(T0)).await.unwrap());
         }
     }
     let late = ts(T0 + 1_000);
@@ -854,6 +864,28 @@ async fn another_servers_changes_are_decided_on_never_a_stale_view() {
     assert_conserved(&*one).await;
 }
 
+/// Releases `lease` through `one`, running `between` after the release has
+/// read the account and before it writes: another server's change in that
+/// window is what the release's write must cope with. Returns the release's
+/// answer and what `between` returned.
+async fn release_around<T>(
+    one: &Arc<PostgresStore>,
+    lease: &IssuedLease,
+    between: impl Future<Output = T>,
+) -> (Result<Released, Error>, T) {
+    let pause = one.pause_next_release_after_read();
+    let releasing = {
+        let (one, lease) = (one.clone(), lease.clone());
+        tokio::spawn(async move {
+            one.release(&lease.lease.account_id, &lease.lease.lease_id, lease.capability.expose(), ts(T0)).await
+        })
+    };
+    pause.read.notified().await;
+    let changed = between.await;
+    pause.resume.notify_one();
+    (releasing.await.unwrap(), changed)
+}
+
 /// A release that decided on a read remembers the account row its write
 /// returned, not the row it read plus its change: another server's acquire
 /// between the read and the write is in the row written, so the next
@@ -866,17 +898,11 @@ async fn a_release_remembers_the_account_row_it_wrote() {
     // Acquired through two, so one has no remembered row and reads.
     let lease = two.acquire("acct", 10, hour, ts(T0)).await.unwrap();
 
-    let pause = one.pause_next_release_after_read();
-    let releasing = {
-        let (one, lease) = (one.clone(), lease.clone());
-        tokio::spawn(async move {
-            one.release(&lease.lease.account_id, &lease.lease.lease_id, lease.capability.expose(), ts(T0)).await
-        })
+    let between = async {
+        two.acquire("acct", 5, hour, ts(T0)).await.expect("traffic between the read and the write");
     };
-    pause.read.notified().await;
-    two.acquire("acct", 5, hour, ts(T0)).await.expect("traffic between the read and the write");
-    pause.resume.notify_one();
-    releasing.await.unwrap().expect("released");
+    let (released, ()) = release_around(&one, &lease, between).await;
+    released.expect("released");
 
     let committed = one.account("acct").await.unwrap().account;
     assert_eq!(one.remembered_account("acct"), Some(committed));
@@ -958,19 +984,11 @@ async fn a_release_write_postgres_refuses_for_its_ranges_falls_back_to_the_cores
     // Acquired through two, so one has no remembered row and reads.
     let lease = two.acquire("acct", 10, nanos(3_600_000_000_000), ts(T0)).await.unwrap();
 
-    let pause = one.pause_next_release_after_read();
-    let releasing = {
-        let (one, lease) = (one.clone(), lease.clone());
-        tokio::spawn(async move {
-            one.release(&lease.lease.account_id, &lease.lease.lease_id, lease.capability.expose(), ts(T0)).await
-        })
+    let between = async {
+        set_available(&one, "acct", I64_MAX - 5).await;
+        one.account("acct").await.unwrap()
     };
-    pause.read.notified().await;
-    set_available(&one, "acct", I64_MAX - 5).await;
-    let before = one.account("acct").await.unwrap();
-    pause.resume.notify_one();
-
-    let released = releasing.await.unwrap();
+    let (released, before) = release_around(&one, &lease, between).await;
     assert_eq!(released.map(|r| r.settlement), Err(Error::CounterOverflow { counter: "available" }));
     assert_eq!(one.account("acct").await.unwrap(), before);
     assert_eq!(lease_state(&one, &lease.lease).await, LeaseState::Active);

@@ -14,7 +14,7 @@ use sqlx::{Connection, PgPool};
 use tollgate_core::GrantPolicy;
 use tollgate_pg::inspect;
 use tollgate_pg::migrations::{MigrationError, versions_from};
-use tollgate_pg::testing::{TestDb, pg_failure};
+use tollgate_pg::testing::pg_failure;
 use tollgate_pg::{ConnectError, PostgresStore};
 use tollgate_store::{GuardViolation, Store};
 
@@ -22,7 +22,7 @@ use crate::fixtures::legacy_0016_lease_sql::{LegacyEvent, LegacyWriter};
 use crate::fixtures::populated::{self, GRACE_NS, GRACE_US, NOW_US};
 use crate::fixtures::{
     CatalogueCase, Startup, applied_versions, check_old_catalogue, conservation_violations, constraints, exact_rows,
-    failed_migration, migration_history,
+    failed_migration, migrated_through, migration_history,
 };
 
 const UNITS_GUARD: &str = "tollgate_usage_events_units_nonnegative";
@@ -213,8 +213,7 @@ async fn check_writes(pool: &PgPool, cases: &[WriteCase]) {
 
 #[tokio::test]
 async fn upgrade_from_populated_0014_preserves_every_row_byte_for_byte_and_guards_new_writes() {
-    let db = TestDb::create().await;
-    db.migrate_through(14).await.expect("0001-0014 apply");
+    let db = migrated_through(14).await;
     populated::populate(db.pool()).await;
     let rows_0014 = exact_rows(db.pool()).await;
     assert_eq!(conservation_violations(db.pool()).await, Vec::<String>::new());
@@ -350,8 +349,7 @@ fn violation(table: &str, key: &str, column: &str, value: i64) -> GuardViolation
 async fn each_kind_of_invalid_history_fails_0016_naming_its_guard_and_keeps_0015() {
     for case in INVALID_HISTORY {
         let name = case.name;
-        let db = TestDb::create().await;
-        db.migrate_through(14).await.expect("0001-0014 apply");
+        let db = migrated_through(14).await;
         populated::populate(db.pool()).await;
         sqlx::raw_sql(case.corrupt).execute(db.pool()).await.expect(name);
         let rows = exact_rows(db.pool()).await;
@@ -408,8 +406,7 @@ const REPAIR: &str = include_str!("fixtures/repair_guard_violations_from_evidenc
 
 #[tokio::test]
 async fn invalid_history_fails_startup_at_0016_then_an_evidence_based_repair_validates_and_serves() {
-    let db = TestDb::create().await;
-    db.migrate_through(14).await.expect("0001-0014 apply");
+    let db = migrated_through(14).await;
     populated::populate(db.pool()).await;
     sqlx::raw_sql(CORRUPT_HISTORY).execute(db.pool()).await.expect("invalid history");
     let invalid_rows = exact_rows(db.pool()).await;
@@ -530,8 +527,7 @@ async fn repair_without_evidence_changes_nothing() {
         ),
     ];
     for (name, corrupt, refusal) in cases {
-        let db = TestDb::create().await;
-        db.migrate_through(14).await.expect("0001-0014 apply");
+        let db = migrated_through(14).await;
         populated::populate(db.pool()).await;
         sqlx::raw_sql(corrupt).execute(db.pool()).await.expect(name);
         let _ = db.migrate().await.expect_err(name);
@@ -571,8 +567,7 @@ async fn guard_inspection_reports_exactly_the_offending_rows_and_only_reads() {
         assert!(sql.contains(condition), "{sql}");
     }
 
-    let db = TestDb::create().await;
-    db.migrate_through(14).await.expect("0001-0014 apply");
+    let db = migrated_through(14).await;
     populated::populate(db.pool()).await;
     assert_eq!(inspect::inspect_guards(db.pool()).await.expect("clean"), vec![]);
 

@@ -16,7 +16,7 @@ use sqlx::{Connection, PgConnection, PgPool};
 use tollgate_core::{GrantPolicy, LeaseState, Outcome};
 use tollgate_pg::migrations;
 use tollgate_pg::migrations::versions_from;
-use tollgate_pg::testing::{TestDb, pg_failure};
+use tollgate_pg::testing::pg_failure;
 use tollgate_pg::{PgStoreConfig, PostgresStore};
 use tollgate_store::{LegacyBoundCount, Store, UsageSink};
 
@@ -27,7 +27,7 @@ use crate::fixtures::populated::{self, GRACE_NS, GRACE_US, NOW_US};
 use crate::fixtures::{
     CatalogueCase, Startup, applied_versions, backend_pid, check_old_catalogue, columns, conservation_violations,
     constraints, exact_rows, failed_migration, granted_modes, lease_index_columns, lease_indexes, legacy_bound_counts,
-    lock_wait_on, migration_history, prepared_statements, rows_without_lease_expiry,
+    lock_wait_on, migrated_through, migration_history, prepared_statements, rows_without_lease_expiry,
 };
 
 const NS_PER_US: i128 = 1_000;
@@ -191,8 +191,7 @@ async fn write_bound_cases(pool: &PgPool) -> Vec<Written> {
 
 #[tokio::test]
 async fn legacy_expiries_become_the_latest_consistent_instant_marked_as_upper_bounds() {
-    let db = TestDb::create().await;
-    db.migrate_through(16).await.expect("0001-0016 apply");
+    let db = migrated_through(16).await;
     let written = write_bound_cases(db.pool()).await;
 
     // The legacy rows hold exactly the truncated microseconds.
@@ -403,8 +402,7 @@ async fn prepare_every_old_statement(conn: &mut PgConnection) {
 
 #[tokio::test]
 async fn every_old_lease_statement_fails_with_42703_after_0017_even_prepared_before_it() {
-    let db = TestDb::create().await;
-    db.migrate_through(16).await.expect("0001-0016 apply");
+    let db = migrated_through(16).await;
     populated::populate(db.pool()).await;
 
     // The old binary's connection, opened before the migration, with every
@@ -482,8 +480,7 @@ async fn every_old_lease_statement_fails_with_42703_after_0017_even_prepared_bef
 
 #[tokio::test]
 async fn a_running_old_transaction_delays_0017_whose_columns_stay_invisible_until_it_commits() {
-    let db = TestDb::create().await;
-    db.migrate_through(16).await.expect("0001-0016 apply");
+    let db = migrated_through(16).await;
     populated::populate(db.pool()).await;
     let observer = db.new_pool(4).await;
     let old_columns = columns(&observer, "tollgate_leases").await;
@@ -623,8 +620,7 @@ const OUT_OF_DOMAIN_INSPECTION: &str = "SELECT lease_id, account_id, state, expi
 #[tokio::test]
 async fn an_out_of_domain_legacy_expiry_fails_0017_and_leaves_0016_authoritative() {
     for (name, expires_at_us) in OUT_OF_DOMAIN_US {
-        let db = TestDb::create().await;
-        db.migrate_through(16).await.expect("0001-0016 apply");
+        let db = migrated_through(16).await;
         populated::populate(db.pool()).await;
         let writer = LegacyWriter { grace_us: GRACE_US };
         let mut conn = db.pool().acquire().await.expect("connection");
@@ -702,8 +698,7 @@ fn bound_counts(store_counts: &[LegacyBoundCount]) -> Vec<(LeaseState, bool, u64
 
 #[tokio::test]
 async fn a_restart_after_the_upgrade_keeps_every_balance_lease_event_and_marker() {
-    let db = TestDb::create().await;
-    db.migrate_through(16).await.expect("0001-0016 apply");
+    let db = migrated_through(16).await;
     populated::populate(db.pool()).await;
     assert_eq!(conservation_violations(db.pool()).await, Vec::<String>::new());
     let before_upgrade = rows_without_lease_expiry(db.pool()).await;

@@ -9,12 +9,11 @@ use jiff::{SignedDuration, Timestamp};
 use tollgate_core::{Error, GrantPolicy, LeaseState, Outcome, RejectReason, UsageEvent};
 use tollgate_pg::PostgresStore;
 use tollgate_pg::migrations::versions_from;
-use tollgate_pg::testing::TestDb;
 use tollgate_store::{LeaseHandle, Store, UsageSink};
 
 use crate::fixtures::legacy_0016_lease_sql::{LegacyWriter, truncated_us};
 use crate::fixtures::populated::{self, GRACE_NS, GRACE_US, NOW_US};
-use crate::fixtures::{conservation_violations, legacy_bound_counts};
+use crate::fixtures::{conservation_violations, legacy_bound_counts, migrated_through};
 
 const NS_PER_US: i128 = 1_000;
 
@@ -44,8 +43,7 @@ fn latest_consistent_ns(stored_us: i64) -> i128 {
 
 /// A populated 0016 database, upgraded by the first start of the new store.
 async fn upgraded() -> (PostgresStore, populated::Populated) {
-    let db = TestDb::create().await;
-    db.migrate_through(16).await.expect("0001-0016 apply");
+    let db = migrated_through(16).await;
     let fixture = populated::populate(db.pool()).await;
     let store = PostgresStore::on_test_db(db, policy()).await.expect("the new binary starts and migrates");
     let applied: Vec<i64> = store.applied_migrations().iter().map(|m| m.version).collect();
@@ -240,8 +238,7 @@ async fn legacy_grants_are_reclaimed_exactly_at_their_upper_bound_plus_grace() {
 /// legacy fleet recorded is the only one an upgraded server may pin.
 #[tokio::test]
 async fn the_upgraded_fleet_must_keep_the_legacy_reclaim_grace() {
-    let db = TestDb::create().await;
-    db.migrate_through(16).await.expect("0001-0016 apply");
+    let db = migrated_through(16).await;
     populated::populate(db.pool()).await;
     let recorded = LegacyWriter { grace_us: GRACE_US }.grace_iso8601();
 

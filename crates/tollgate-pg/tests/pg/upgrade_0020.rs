@@ -7,8 +7,9 @@ use jiff::{SignedDuration, Timestamp};
 use sqlx::PgPool;
 use tollgate_core::{GrantPolicy, SecretHash};
 use tollgate_pg::PostgresStore;
-use tollgate_pg::testing::TestDb;
 use tollgate_store::Store;
+
+use crate::fixtures::migrated_through;
 
 fn policy() -> GrantPolicy {
     GrantPolicy::new(SignedDuration::from_secs(3600), SignedDuration::from_secs(30), 100).expect("valid policy")
@@ -51,8 +52,7 @@ async fn directory(pool: &PgPool) -> Vec<(Vec<u8>, String)> {
 
 #[tokio::test]
 async fn a_key_issued_before_0020_still_verifies_and_its_credential_can_be_revoked() {
-    let db = TestDb::create().await;
-    db.migrate_through(18).await.expect("0001-0018 apply");
+    let db = migrated_through(18).await;
     let (key, other_key) = (legacy_key('a'), legacy_key('b'));
     legacy_credential(db.pool(), "acct", "cred-old", &key).await;
     legacy_credential(db.pool(), "other_acct", "cred-other", &other_key).await;

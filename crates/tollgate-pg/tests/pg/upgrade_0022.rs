@@ -11,6 +11,7 @@ use tollgate_pg::PostgresStore;
 use tollgate_pg::testing::TestDb;
 use tollgate_store::Store;
 
+use crate::fixtures::migrated_through;
 use crate::fixtures::populated::{self, ACCOUNTS, GRACE_NS, NOW_US};
 
 fn policy() -> GrantPolicy {
@@ -32,8 +33,7 @@ async fn assert_replays(store: &PostgresStore, account_id: &str) -> Vec<Entry> {
 
 #[tokio::test]
 async fn an_upgraded_account_opens_its_journal_with_its_counters_and_replays() {
-    let db = TestDb::create().await;
-    db.migrate_through(16).await.expect("0001-0016 apply");
+    let db = migrated_through(16).await;
     populated::populate(db.pool()).await;
     let store = PostgresStore::connect(db.url(), policy()).await.expect("startup applies every later migration");
 

@@ -11,6 +11,8 @@ use tollgate_pg::PostgresStore;
 use tollgate_pg::testing::TestDb;
 use tollgate_store::Store;
 
+use crate::fixtures::migrated_through_holding;
+
 const HOUR_US: i64 = 3_600_000_000;
 
 /// Two accounts and their events as a 0024-era server stored them: across
@@ -86,9 +88,7 @@ async fn hourly_rows(db: &TestDb) -> Vec<(String, i64, String, bool, String, Str
 
 #[tokio::test]
 async fn the_upgrade_totals_existing_events_and_an_old_servers_inserts_keep_them_exact() {
-    let db = TestDb::create().await;
-    db.migrate_through(24).await.expect("0001-0024 apply");
-    sqlx::raw_sql(POPULATE).execute(db.pool()).await.expect("populate");
+    let db = migrated_through_holding(24, POPULATE, "populate").await;
     let store = PostgresStore::connect(db.url(), policy()).await.expect("startup applies 0025");
 
     let row = |account: &str, hour: i64, credential: &str, leased: bool, dimensions: &str, units: &str, events| {
@@ -142,9 +142,7 @@ async fn the_upgrade_totals_existing_events_and_an_old_servers_inserts_keep_them
 
 #[tokio::test]
 async fn check_names_each_hour_whose_totals_differ_from_its_events() {
-    let db = TestDb::create().await;
-    db.migrate_through(24).await.expect("0001-0024 apply");
-    sqlx::raw_sql(POPULATE).execute(db.pool()).await.expect("populate");
+    let db = migrated_through_holding(24, POPULATE, "populate").await;
     let store = PostgresStore::connect(db.url(), policy()).await.expect("startup applies 0025");
     sqlx::raw_sql(
         "UPDATE tollgate_usage_hourly SET units = units + 1 WHERE account_id = 'acct-a' AND hour = 0 AND leased;

@@ -4,7 +4,7 @@
 use axum::http::{Method, StatusCode};
 use serde_json::json;
 
-use crate::support::{App, As, assert_error};
+use crate::support::{Api, App, As, assert_error};
 
 #[tokio::test]
 async fn bodies_that_are_not_objects_or_name_unknown_fields_are_refused() {

@@ -13,6 +13,7 @@ use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tollgate_server::{Limits, ReclaimConfig};
+use tollgate_testkit::healthz;
 
 use crate::support::App;
 
@@ -55,37 +56,6 @@ fn limits(header_timeout: Duration, idle_timeout: Duration, connections_max: u32
         connections_max: NonZeroU32::new(connections_max).unwrap(),
         ..Limits::default()
     }
-}
-
-/// Sends `GET /healthz` on a keep-alive connection and returns the response's
-/// status line, having read exactly the response (head and body).
-async fn healthz(stream: &mut TcpStream) -> std::io::Result<String> {
-    stream.write_all(b"GET /healthz HTTP/1.1\r\nhost: test\r\n\r\n").await?;
-    let mut received = Vec::new();
-    let head_end = loop {
-        if let Some(end) = received.windows(4).position(|w| w == b"\r\n\r\n") {
-            break end + 4;
-        }
-        let mut chunk = [0u8; 1024];
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        received.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8(received[..head_end].to_vec()).unwrap();
-    let length: usize = head
-        .lines()
-        .find_map(|line| line.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap()))
-        .expect("the response has a content-length");
-    let mut body = received[head_end..].to_vec();
-    while body.len() < length {
-        let mut chunk = [0u8; 1024];
-        let n = stream.read(&mut chunk).await?;
-        assert!(n > 0, "the response ended early: {head}");
-        body.extend_from_slice(&chunk[..n]);
-    }
-    Ok(head.lines().next().unwrap().to_owned())
 }
 
 /// Waits until the server closes `stream` and returns what it sent first.

@@ -11,7 +11,7 @@ use tollgate_server::{AppState, Limits, OperatorTokens, router};
 use tollgate_store::MemoryStore;
 use tower::ServiceExt;
 
-use crate::support::{ADMIN, App, As, GATEWAY, policy};
+use crate::support::{ADMIN, Api, App, As, GATEWAY, policy};
 
 pub(crate) const VIEWER: &str = "viewer-token-for-handler-tests";
 
@@ -63,6 +63,11 @@ pub(crate) fn app_with_viewer_over(store: std::sync::Arc<dyn tollgate_store::Sto
     App { router: router(state.clone()), clock, state }
 }
 
+/// Posts `form` to a console page, as its form would.
+async fn post(app: &App, path: &str, cookie: &str, form: &str) -> Answer {
+    send(app, Method::POST, path, cookie, Some(form)).await
+}
+
 pub(crate) async fn send(app: &App, method: Method, path: &str, cookie: &str, form: Option<&str>) -> Answer {
     let mut request = Request::builder().method(method).uri(path).header(header::HOST, "127.0.0.1");
     if !cookie.is_empty() {
@@ -85,7 +90,7 @@ pub(crate) async fn sign_in(app: &App, token: &str) -> String {
     let sign_in_cookie = cookie_pair(&form_page.set_cookie("tollgate_sign_in").expect("a sign-in cookie"));
     let csrf = csrf_of(&form_page.body);
     let form = format!("csrf={csrf}&token={token}");
-    let answer = send(app, Method::POST, "/console/sign-in", &sign_in_cookie, Some(&form)).await;
+    let answer = post(app, "/console/sign-in", &sign_in_cookie, &form).await;
     assert_eq!(answer.status, StatusCode::SEE_OTHER, "{}", answer.body);
     assert_eq!(answer.header("location"), "/console/accounts");
     cookie_pair(&answer.set_cookie("tollgate_session").expect("a session cookie"))
@@ -105,11 +110,11 @@ async fn signing_in_exchanges_a_token_for_a_strict_session_cookie() {
     let csrf = csrf_of(&form_page.body);
     for (token, status) in [(GATEWAY, StatusCode::UNAUTHORIZED), ("not-a-token-at-all-xx", StatusCode::UNAUTHORIZED)] {
         let form = format!("csrf={csrf}&token={token}");
-        let answer = send(&app, Method::POST, "/console/sign-in", &sign_in_cookie, Some(&form)).await;
+        let answer = post(&app, "/console/sign-in", &sign_in_cookie, &form).await;
         assert_eq!(answer.status, status, "{token}");
         assert!(answer.set_cookie("tollgate_session").is_none());
     }
-    let forged = send(&app, Method::POST, "/console/sign-in", "", Some(&format!("csrf={csrf}&token={ADMIN}"))).await;
+    let forged = post(&app, "/console/sign-in", "", &format!("csrf={csrf}&token={ADMIN}")).await;
     assert_eq!(forged.status, StatusCode::FORBIDDEN, "a sign-in without its form's cookie");
 
     let request = Request::builder()
@@ -165,11 +170,11 @@ async fn a_change_without_its_csrf_token_is_refused_and_changes_nothing() {
     let other = sign_in(&app, ADMIN).await;
     let other_csrf = csrf_of(&send(&app, Method::GET, "/console/accounts/acme", &other, None).await.body);
     for form in ["credit_id=x&units=5".to_owned(), format!("csrf={other_csrf}&credit_id=x&units=5")] {
-        let answer = send(&app, Method::POST, "/console/accounts/acme/credits", &cookie, Some(&form)).await;
+        let answer = post(&app, "/console/accounts/acme/credits", &cookie, &form).await;
         assert_eq!(answer.status, StatusCode::FORBIDDEN, "{form}");
         assert!(answer.body.contains("CSRF"), "{}", answer.body);
     }
-    let unsigned = send(&app, Method::POST, "/console/accounts/acme/credits", "", Some("credit_id=x&units=5")).await;
+    let unsigned = post(&app, "/console/accounts/acme/credits", "", "credit_id=x&units=5").await;
     assert_eq!(unsigned.status, StatusCode::SEE_OTHER, "no session: sent to sign in");
     let account = app.ok(As::Admin, Method::GET, "/v1/accounts/acme", None, StatusCode::OK).await;
     assert_eq!(account["credited"], 100);
@@ -177,23 +182,16 @@ async fn a_change_without_its_csrf_token_is_refused_and_changes_nothing() {
     let csrf = csrf_of(&send(&app, Method::GET, "/console/accounts/acme", &cookie, None).await.body);
     let form = format!("csrf={csrf}&credit_id=console-1&units=5");
     for _ in 0..2 {
-        let answer = send(&app, Method::POST, "/console/accounts/acme/credits", &cookie, Some(&form)).await;
+        let answer = post(&app, "/console/accounts/acme/credits", &cookie, &form).await;
         assert_eq!(answer.status, StatusCode::SEE_OTHER, "{}", answer.body);
         assert_eq!(answer.header("location"), "/console/accounts/acme");
     }
     let account = app.ok(As::Admin, Method::GET, "/v1/accounts/acme", None, StatusCode::OK).await;
     assert_eq!(account["credited"], 105, "the same credit id credits once");
-    let bad = send(
-        &app,
-        Method::POST,
-        "/console/accounts/acme/credits",
-        &cookie,
-        Some(&format!("csrf={csrf}&credit_id=y&units=-1")),
-    )
-    .await;
+    let bad = post(&app, "/console/accounts/acme/credits", &cookie, &format!("csrf={csrf}&credit_id=y&units=-1")).await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
     let conflict = format!("csrf={csrf}&credit_id=console-1&units=6");
-    let answer = send(&app, Method::POST, "/console/accounts/acme/credits", &cookie, Some(&conflict)).await;
+    let answer = post(&app, "/console/accounts/acme/credits", &cookie, &conflict).await;
     assert_eq!(answer.status, StatusCode::CONFLICT);
     assert!(answer.body.contains("credit_conflict"), "{}", answer.body);
 }
@@ -214,7 +212,7 @@ async fn a_viewer_sees_every_page_and_changes_nothing() {
         ("/console/accounts/acme/credentials".to_owned(), format!("csrf={csrf}&label=x")),
     ];
     for (path, form) in &changes {
-        let answer = send(&app, Method::POST, path, &cookie, Some(form)).await;
+        let answer = post(&app, path, &cookie, form).await;
         assert_eq!(answer.status, StatusCode::FORBIDDEN, "{path}");
         assert!(answer.body.contains("viewer"), "{}", answer.body);
     }
@@ -244,19 +242,11 @@ async fn markup_in_names_is_shown_as_text_and_no_secret_is_rendered() {
     let app = app_with_viewer();
     let (credential_id, key) = app.funded("acme", 100).await;
     let label = "<script>alert(1)</script><b>bold</b>";
-    let issued = app
-        .ok(
-            As::Admin,
-            Method::POST,
-            "/v1/accounts/acme/credentials",
-            Some(json!({"label": label})),
-            StatusCode::CREATED,
-        )
-        .await;
+    let issued = app.issue_credential("acme", label).await;
     let event = json!({"request_id": "r1", "account_id": "acme", "units": 3,
         "occurred_at": crate::support::start().to_string(), "credential_id": credential_id,
         "dimensions": {"model": "<img src=x onerror=alert(1)>"}});
-    app.ok(As::Gateway, Method::POST, "/v1/usage", Some(json!({"events": [event]})), StatusCode::OK).await;
+    app.report_usage(json!({"events": [event]})).await;
     let cookie = sign_in(&app, ADMIN).await;
     let page = send(&app, Method::GET, "/console/accounts/acme?by=dimension&dimension=model", &cookie, None).await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
@@ -268,19 +258,11 @@ async fn markup_in_names_is_shown_as_text_and_no_secret_is_rendered() {
     assert!(search.body.contains("value=\"&quot;&gt;&lt;b&gt;x\""), "{}", search.body);
 
     let csrf = csrf_of(&page.body);
-    let answer = send(
-        &app,
-        Method::POST,
-        "/console/accounts/acme/credentials",
-        &cookie,
-        Some(&format!("csrf={csrf}&label=new")),
-    )
-    .await;
+    let answer = post(&app, "/console/accounts/acme/credentials", &cookie, &format!("csrf={csrf}&label=new")).await;
     assert_eq!(answer.status, StatusCode::CREATED);
     let shown = answer.body.split(r#"<code id="issued-key">"#).nth(1).unwrap().split('<').next().unwrap().to_owned();
     assert!(shown.starts_with("tgk_acme_"), "{shown}");
-    let verified =
-        app.ok(As::Gateway, Method::POST, "/v1/credentials/verify", Some(json!({"key": shown})), StatusCode::OK).await;
+    let verified = app.verify(&shown).await;
     assert_eq!(verified["valid"], true, "{verified}");
     let again = send(&app, Method::GET, "/console/accounts/acme", &cookie, None).await;
     assert!(!again.body.contains(&shown), "the key is shown once, on the page that issued it");
@@ -298,8 +280,7 @@ pub(crate) fn data_text(page: &str, attribute: &str) -> String {
 async fn the_account_and_fleet_pages_show_what_the_json_routes_answer() {
     let app = app_with_viewer();
     let (credential_id, _) = app.funded("acme", 1000).await;
-    let lease = json!({"units": 300, "ttl": "PT10S"});
-    app.ok(As::Gateway, Method::POST, "/v1/accounts/acme/leases", Some(lease), StatusCode::CREATED).await;
+    app.acquire("acme", 300, "PT10S").await;
     let events: Vec<_> = (0..3)
         .map(|i| {
             json!({"request_id": format!("r{i}"), "account_id": "acme", "units": 10 + i,
@@ -308,7 +289,7 @@ async fn the_account_and_fleet_pages_show_what_the_json_routes_answer() {
         .chain([json!({"request_id": "x", "account_id": "nobody", "units": 1, "credential_id": "cred-x",
             "occurred_at": crate::support::start().to_string()})])
         .collect();
-    app.ok(As::Gateway, Method::POST, "/v1/usage", Some(json!({"events": events})), StatusCode::OK).await;
+    app.report_usage(json!({"events": events})).await;
     let cookie = sign_in(&app, VIEWER).await;
     let page = send(&app, Method::GET, "/console/accounts/acme", &cookie, None).await.body;
     let account = app.ok(As::Admin, Method::GET, "/v1/accounts/acme", None, StatusCode::OK).await;

@@ -17,7 +17,7 @@ use tollgate_pg::testing::TestDb;
 use tollgate_testkit::browser::Browser;
 
 use crate::console::VIEWER;
-use crate::support::{ADMIN, App, As, policy};
+use crate::support::{ADMIN, Api, App, As, policy};
 
 /// The time every browser test runs at: a whole hour, so that the usage
 /// chart's range is the one computed below.
@@ -44,17 +44,8 @@ const LABEL: &str = "<b>mobile</b> app & \"more\"";
 /// an active lease and usage by two models over the last day.
 async fn seed(app: &App) -> String {
     let (credential_id, _) = app.funded("acme", 5_000).await;
-    let other = app
-        .ok(
-            As::Admin,
-            Method::POST,
-            "/v1/accounts/acme/credentials",
-            Some(json!({"label": LABEL})),
-            StatusCode::CREATED,
-        )
-        .await;
-    let lease = json!({"units": 400, "ttl": "PT30M"});
-    app.ok(As::Gateway, Method::POST, "/v1/accounts/acme/leases", Some(lease), StatusCode::CREATED).await;
+    let other = app.issue_credential("acme", LABEL).await;
+    app.acquire("acme", 400, "PT30M").await;
     let events: Vec<Value> = (0..40)
         .map(|i: i64| {
             let at = now().checked_sub(SignedDuration::from_mins(i * 35)).unwrap();
@@ -64,7 +55,7 @@ async fn seed(app: &App) -> String {
                 "dimensions": {"model": if i % 2 == 0 { "large" } else { "<i>small</i>" }}})
         })
         .collect();
-    app.ok(As::Gateway, Method::POST, "/v1/usage", Some(json!({"events": events})), StatusCode::OK).await;
+    app.report_usage(json!({"events": events})).await;
     credential_id
 }
 

@@ -18,8 +18,9 @@ use tollgate_store::{
     OutboxCounts, ReclaimReport, Released, SecretRotation, StorageStatus, Store, UsageSink, Verification,
     WebhookEndpoint,
 };
+use tollgate_testkit::{outcomes, usage_event};
 
-use crate::support::{App, As, assert_error, start};
+use crate::support::{Api, App, As, assert_error, start};
 
 const ACCOUNT: &str = "acct-1";
 
@@ -30,18 +31,7 @@ type ErrorCase = (As, Method, String, Option<Value>, StatusCode, &'static str);
 type FaultCase<'a> = (&'a App, Method, &'static str, Option<Value>, StatusCode, &'static str);
 
 fn event(request_id: &str, credential_id: &str, units: u64, lease: Option<(&str, u64)>) -> Value {
-    let mut event = json!({
-        "request_id": request_id,
-        "account_id": ACCOUNT,
-        "credential_id": credential_id,
-        "units": units,
-        "occurred_at": "2024-01-01T00:00:00Z",
-    });
-    if let Some((lease_id, fence)) = lease {
-        event["lease_id"] = json!(lease_id);
-        event["fencing_token"] = json!(fence);
-    }
-    event
+    usage_event(ACCOUNT, "2024-01-01T00:00:00Z", request_id, credential_id, units, lease)
 }
 
 /// Each documented operation's role, read from the served document: one with
@@ -52,11 +42,7 @@ pub(crate) fn documented_routes() -> Vec<(Method, String, Option<bool>)> {
     let document: Value = serde_json::from_str(tollgate_server::openapi::document()).unwrap();
     let mut routes = vec![];
     for (template, item) in document["paths"].as_object().unwrap() {
-        let path: String = template
-            .split('/')
-            .map(|segment| if segment.starts_with('{') { "x" } else { segment })
-            .collect::<Vec<_>>()
-            .join("/");
+        let path = concrete_path(template);
         for (method, operation) in item.as_object().unwrap() {
             let method = Method::from_bytes(method.to_ascii_uppercase().as_bytes()).unwrap();
             let role = operation[tollgate_server::openapi::ROLE_EXTENSION].as_str();
@@ -66,6 +52,16 @@ pub(crate) fn documented_routes() -> Vec<(Method, String, Option<bool>)> {
         }
     }
     routes
+}
+
+/// A documented path template with each parameter named `x`, something that
+/// does not exist.
+pub(crate) fn concrete_path(template: &str) -> String {
+    template
+        .split('/')
+        .map(|segment| if segment.starts_with('{') { "x" } else { segment })
+        .collect::<Vec<_>>()
+        .join("/")
 }
 
 #[tokio::test]
@@ -190,28 +186,10 @@ async fn accounts_credits_and_credentials() {
         .ok(As::Admin, Method::POST, &credits, Some(json!({"credit_id": "c1", "units": u64::MAX})), StatusCode::OK)
         .await;
     assert_eq!(replay, first);
-    assert_error(
-        app.call(As::Admin, Method::POST, &credits, Some(json!({"credit_id": "c1", "units": 5}))).await,
-        StatusCode::CONFLICT,
-        "credit_conflict",
-        false,
-    );
-    assert_error(
-        app.call(As::Admin, Method::POST, &credits, Some(json!({"credit_id": "c2", "units": 1}))).await,
-        StatusCode::CONFLICT,
-        "counter_overflow",
-        false,
-    );
+    assert_error(app.credit(ACCOUNT, "c1", 5).await, StatusCode::CONFLICT, "credit_conflict", false);
+    assert_error(app.credit(ACCOUNT, "c2", 1).await, StatusCode::CONFLICT, "counter_overflow", false);
 
-    let issued = app
-        .ok(
-            As::Admin,
-            Method::POST,
-            &format!("/v1/accounts/{ACCOUNT}/credentials"),
-            Some(json!({"label": "ci"})),
-            StatusCode::CREATED,
-        )
-        .await;
+    let issued = app.issue_credential(ACCOUNT, "ci").await;
     let credential_id = issued["credential_id"].as_str().unwrap();
     let key = issued["key"].as_str().unwrap();
     assert_eq!(issued["account_id"], ACCOUNT);
@@ -220,37 +198,19 @@ async fn accounts_credits_and_credentials() {
     assert_eq!(issued["revoked_at"], Value::Null);
     assert_eq!(issued["activity"], json!({"last_used_at": null, "accepted_events": 0, "accepted_units": 0}));
 
-    let read = app
-        .ok(
-            As::Admin,
-            Method::GET,
-            &format!("/v1/accounts/{ACCOUNT}/credentials/{credential_id}"),
-            None,
-            StatusCode::OK,
-        )
-        .await;
+    let read = app.credential(ACCOUNT, credential_id).await;
     assert!(read.get("key").is_none(), "the key is shown once: {read}");
     assert_eq!(read["credential_id"], credential_id);
 
-    let verify = |key: &str| json!({"key": key});
-    let valid = app.ok(As::Gateway, Method::POST, "/v1/credentials/verify", Some(verify(key)), StatusCode::OK).await;
+    let valid = app.verify(key).await;
     assert_eq!(valid, json!({"valid": true, "credential_id": credential_id, "account_id": ACCOUNT}));
-    let unknown =
-        app.ok(As::Gateway, Method::POST, "/v1/credentials/verify", Some(verify("tgk_nope")), StatusCode::OK).await;
+    let unknown = app.verify("tgk_nope").await;
     assert_eq!(unknown, json!({"valid": false, "reason": "unknown_credential"}));
 
     app.clock.set(start() + SignedDuration::from_secs(1));
-    let revoked = app
-        .ok(
-            As::Admin,
-            Method::POST,
-            &format!("/v1/accounts/{ACCOUNT}/credentials/{credential_id}/revoke"),
-            None,
-            StatusCode::OK,
-        )
-        .await;
+    let revoked = app.revoke_credential(ACCOUNT, credential_id).await;
     assert_eq!(revoked["revoked_at"], "2024-01-01T00:00:01.000000001Z");
-    let after = app.ok(As::Gateway, Method::POST, "/v1/credentials/verify", Some(verify(key)), StatusCode::OK).await;
+    let after = app.verify(key).await;
     assert_eq!(
         after,
         json!({"valid": false, "credential_id": credential_id, "account_id": ACCOUNT, "reason": "credential_revoked"})
@@ -267,30 +227,17 @@ async fn accounts_credits_and_credentials() {
 async fn leases_usage_settlement_and_reclaim() {
     let app = App::new();
     let (credential_id, _key) = app.funded(ACCOUNT, 100).await;
-    let leases = format!("/v1/accounts/{ACCOUNT}/leases");
 
     // The expiry is exactly now + ttl, to the nanosecond.
-    let a = app
-        .ok(
-            As::Gateway,
-            Method::POST,
-            &leases,
-            Some(json!({"units": 10, "ttl": "PT0.000000001S"})),
-            StatusCode::CREATED,
-        )
-        .await;
+    let a = app.acquire(ACCOUNT, 10, "PT0.000000001S").await;
     assert_eq!(a["expires_at"], "2024-01-01T00:00:00.000000002Z");
     assert_eq!((a["fencing_token"].as_u64(), a["granted"].as_u64(), a["used"].as_u64()), (Some(1), Some(10), Some(0)));
     assert_eq!((a["state"].as_str(), a["expiry_is_upper_bound"].as_bool()), (Some("active"), Some(false)));
     assert!(a["capability"].as_str().is_some_and(|c| !c.is_empty()));
     // A TTL beyond max_ttl (one hour) is clamped to it, not refused.
-    let b = app
-        .ok(As::Gateway, Method::POST, &leases, Some(json!({"units": 20, "ttl": "PT2H"})), StatusCode::CREATED)
-        .await;
+    let b = app.acquire(ACCOUNT, 20, "PT2H").await;
     assert_eq!(b["expires_at"], "2024-01-01T01:00:00.000000001Z");
-    let c = app
-        .ok(As::Gateway, Method::POST, &leases, Some(json!({"units": 5, "ttl": "PT30S"})), StatusCode::CREATED)
-        .await;
+    let c = app.acquire(ACCOUNT, 5, "PT30S").await;
     let (a_id, b_id, c_id) =
         (a["lease_id"].as_str().unwrap(), b["lease_id"].as_str().unwrap(), c["lease_id"].as_str().unwrap());
 
@@ -326,18 +273,18 @@ async fn leases_usage_settlement_and_reclaim() {
                "occurred_at": "2024-01-01T00:00:00Z", "lease_id": b_id}),
         event("r3", &credential_id, 1, Some((b_id, 2))),
     ]});
-    let outcomes = app.ok(As::Gateway, Method::POST, "/v1/usage", Some(batch), StatusCode::OK).await;
+    let answered = app.report_usage(batch).await;
     assert_eq!(
-        outcomes,
-        json!({"outcomes": [
-            {"request_id": "r1", "outcome": "accepted"},
-            {"request_id": "r2", "outcome": "accepted"},
-            {"request_id": "r1", "outcome": "duplicate"},
-            {"request_id": "r3", "outcome": "rejected", "reason": "fence_mismatch"},
-            {"request_id": "r4", "outcome": "rejected", "reason": "unknown_credential"},
-            {"request_id": "r5", "outcome": "rejected", "reason": "funding_incomplete"},
-            {"request_id": "r3", "outcome": "accepted"},
-        ]})
+        answered,
+        outcomes(&[
+            ("r1", "accepted"),
+            ("r2", "accepted"),
+            ("r1", "duplicate"),
+            ("r3", "rejected:fence_mismatch"),
+            ("r4", "rejected:unknown_credential"),
+            ("r5", "rejected:funding_incomplete"),
+            ("r3", "accepted")
+        ])
     );
 
     // Release: the wrong capability is refused; the right one settles.
@@ -371,9 +318,7 @@ async fn leases_usage_settlement_and_reclaim() {
     );
 
     // Consolidate c and a fresh lease d into one, adding 2 units.
-    let d = app
-        .ok(As::Gateway, Method::POST, &leases, Some(json!({"units": 4, "ttl": "PT30S"})), StatusCode::CREATED)
-        .await;
+    let d = app.acquire(ACCOUNT, 4, "PT30S").await;
     let consolidate = format!("/v1/accounts/{ACCOUNT}/leases/consolidate");
     let merged = app
         .ok(
@@ -411,7 +356,7 @@ async fn leases_usage_settlement_and_reclaim() {
         "lease_expired",
         false,
     );
-    let reclaimed = app.ok(As::Admin, Method::POST, "/v1/admin/reclaim", None, StatusCode::OK).await;
+    let reclaimed = app.reclaim().await;
     assert_eq!(
         reclaimed,
         json!({"reclaimed": [{"lease_id": a_id, "account_id": ACCOUNT, "charged": 0, "returned": 10, "excess": 0}], "full": false})
@@ -419,17 +364,16 @@ async fn leases_usage_settlement_and_reclaim() {
     let a_after =
         app.ok(As::Gateway, Method::GET, &format!("/v1/accounts/{ACCOUNT}/leases/{a_id}"), None, StatusCode::OK).await;
     assert_eq!(a_after["state"], "reclaimed");
-    let again = app.ok(As::Admin, Method::POST, "/v1/admin/reclaim", None, StatusCode::OK).await;
+    let again = app.reclaim().await;
     assert_eq!(again, json!({"reclaimed": [], "full": false}));
 
-    let account = app.ok(As::Gateway, Method::GET, &format!("/v1/accounts/{ACCOUNT}"), None, StatusCode::OK).await;
-    assert_eq!(
-        account,
-        json!({"account_id": ACCOUNT, "credited": 100, "available": 81, "reserved": 11, "consumed": 8,
-               "overage": 3, "billed": 11, "next_fence": 6, "active_leases": 1})
-    );
-    let check = app.ok(As::Admin, Method::GET, "/v1/admin/check", None, StatusCode::OK).await;
-    assert_eq!(check["ok"], true, "{check}");
+    let check = app
+        .assert_ledger(
+            ACCOUNT,
+            json!({"account_id": ACCOUNT, "credited": 100, "available": 81, "reserved": 11, "consumed": 8,
+               "overage": 3, "billed": 11, "next_fence": 6, "active_leases": 1}),
+        )
+        .await;
     assert_eq!(check["storage"], json!({"backend": "memory", "reachable": true, "migrations": null}));
     assert_eq!(check["ledger"]["accounts_checked"].as_u64(), Some(1));
     assert_eq!(check["ledger"]["violations"], json!([]));
@@ -453,7 +397,7 @@ async fn usage_batch_bounds_and_refusal() {
         let events: Vec<Value> = (0..count).map(|i| event(&format!("r{i}"), &credential_id, 0, None)).collect();
         json!({"events": events})
     };
-    let full = app.ok(As::Gateway, Method::POST, "/v1/usage", Some(many(10_000)), StatusCode::OK).await;
+    let full = app.report_usage(many(10_000)).await;
     assert_eq!(full["outcomes"].as_array().map(Vec::len), Some(10_000));
     assert_error(
         app.call(As::Gateway, Method::POST, "/v1/usage", Some(many(10_001))).await,
@@ -471,10 +415,10 @@ async fn usage_batch_bounds_and_refusal() {
         "batch_refused",
         false,
     );
-    let account = app.ok(As::Gateway, Method::GET, &format!("/v1/accounts/{ACCOUNT}"), None, StatusCode::OK).await;
+    let account = app.account(ACCOUNT).await;
     assert_eq!(account["billed"].as_u64(), Some(0));
     let one = json!({"events": [event("big-1", &credential_id, u64::MAX, None)]});
-    let accepted = app.ok(As::Gateway, Method::POST, "/v1/usage", Some(one), StatusCode::OK).await;
+    let accepted = app.report_usage(one).await;
     assert_eq!(accepted["outcomes"][0]["outcome"], "accepted");
 
     let metrics = app.call(As::Nobody, Method::GET, "/metrics", None).await.1;
@@ -547,15 +491,7 @@ async fn malformed_requests_get_the_stable_error_body() {
 async fn health_readiness_and_metrics_hold_no_secrets() {
     let app = App::new();
     let (_, key) = app.funded(ACCOUNT, 10).await;
-    let lease = app
-        .ok(
-            As::Gateway,
-            Method::POST,
-            &format!("/v1/accounts/{ACCOUNT}/leases"),
-            Some(json!({"units": 1, "ttl": "PT1S"})),
-            StatusCode::CREATED,
-        )
-        .await;
+    let lease = app.acquire(ACCOUNT, 1, "PT1S").await;
     assert_eq!(app.call(As::Nobody, Method::GET, "/healthz", None).await, (StatusCode::OK, json!({"status": "ok"})));
     assert_eq!(
         app.call(As::Nobody, Method::GET, "/readyz", None).await,
@@ -819,7 +755,7 @@ async fn storage_failures_map_to_retryable_statuses() {
     for (app, method, path, body, status, code) in cases {
         assert_error(app.call(As::Admin, method, path, body).await, status, code, true);
     }
-    let check = unavailable.ok(As::Admin, Method::GET, "/v1/admin/check", None, StatusCode::OK).await;
+    let check = unavailable.check().await;
     assert_eq!(check["ok"], false);
     assert_eq!(check["storage"]["reachable"], false);
     assert_eq!(check["ledger"], Value::Null);

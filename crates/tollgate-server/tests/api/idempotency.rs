@@ -13,7 +13,7 @@ use tollgate_server::worker::purge_tick;
 use tollgate_store::MemoryStore;
 use tower::ServiceExt;
 
-use crate::support::{ADMIN, App, As, GATEWAY, assert_error, policy};
+use crate::support::{ADMIN, Api, App, As, GATEWAY, assert_error, policy};
 
 /// Sends one request with `key` as its `Idempotency-Key`.
 async fn keyed(app: &App, who: As, path: &str, key: &str, body: Value) -> (StatusCode, Value) {

@@ -5,21 +5,13 @@
 use axum::http::{Method, StatusCode};
 use serde_json::json;
 
-use crate::support::{App, As, assert_error, start};
+use crate::support::{Api, App, As, assert_error, start};
 
 #[tokio::test]
 async fn the_journal_lists_each_change_in_pages_at_the_servers_time() {
     let app = App::new();
     app.funded("acct", 100).await;
-    let lease = app
-        .ok(
-            As::Gateway,
-            Method::POST,
-            "/v1/accounts/acct/leases",
-            Some(json!({"units": 10, "ttl": "PT30S"})),
-            StatusCode::CREATED,
-        )
-        .await;
+    let lease = app.acquire("acct", 10, "PT30S").await;
     let id = lease["lease_id"].as_str().unwrap();
 
     let page = app.ok(As::Gateway, Method::GET, "/v1/accounts/acct/journal", None, StatusCode::OK).await;

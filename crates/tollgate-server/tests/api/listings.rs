@@ -5,7 +5,7 @@
 use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::support::{App, As, assert_error};
+use crate::support::{Api, App, As, assert_error};
 
 /// Every item of a listing, page by page at `limit`, as the values of `field`.
 async fn walk(app: &App, who: As, path: &str, limit: u32, field: &str) -> Vec<Vec<String>> {

@@ -3,7 +3,8 @@
 
 use std::path::PathBuf;
 
-use crate::support::{App, As};
+use crate::handlers::concrete_path;
+use crate::support::{Api, App, As};
 use axum::http::{Method, StatusCode};
 
 fn checked_in_path() -> PathBuf {
@@ -34,11 +35,7 @@ async fn served_openapi_matches_the_checked_in_document() {
     // router's own 404 `not_found` or 405 `method_not_allowed`.
     let mut operations = 0;
     for (template, item) in served["paths"].as_object().unwrap() {
-        let path: String = template
-            .split('/')
-            .map(|segment| if segment.starts_with('{') { "x" } else { segment })
-            .collect::<Vec<_>>()
-            .join("/");
+        let path = concrete_path(template);
         for method in item.as_object().unwrap().keys() {
             let method = Method::from_bytes(method.to_ascii_uppercase().as_bytes()).unwrap();
             let (status, body) = app.call(As::Admin, method.clone(), &path, None).await;

@@ -5,28 +5,16 @@
 use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::support::{App, As, assert_error};
-
-async fn account(app: &App, account_id: &str) -> Value {
-    app.ok(As::Gateway, Method::GET, &format!("/v1/accounts/{account_id}"), None, StatusCode::OK).await
-}
+use crate::support::{Api, App, As, assert_error};
 
 #[tokio::test]
 async fn a_lease_under_another_accounts_route_is_not_found_and_nothing_changes() {
     let app = App::new();
     app.funded("acct-a", 100).await;
     app.funded("acct-b", 100).await;
-    let lease = app
-        .ok(
-            As::Gateway,
-            Method::POST,
-            "/v1/accounts/acct-a/leases",
-            Some(json!({"units": 10, "ttl": "PT30S"})),
-            StatusCode::CREATED,
-        )
-        .await;
+    let lease = app.acquire("acct-a", 10, "PT30S").await;
     let (id, capability) = (lease["lease_id"].as_str().unwrap(), lease["capability"].clone());
-    let before = (account(&app, "acct-a").await, account(&app, "acct-b").await);
+    let before = (app.account("acct-a").await, app.account("acct-b").await);
 
     for other in ["acct-b", "nobody"] {
         let read = app.call(As::Gateway, Method::GET, &format!("/v1/accounts/{other}/leases/{id}"), None).await;
@@ -35,7 +23,7 @@ async fn a_lease_under_another_accounts_route_is_not_found_and_nothing_changes()
         let released = app.call(As::Gateway, Method::POST, &release, Some(json!({"capability": capability}))).await;
         assert_error(released, StatusCode::NOT_FOUND, "lease_not_found", false);
     }
-    assert_eq!((account(&app, "acct-a").await, account(&app, "acct-b").await), before);
+    assert_eq!((app.account("acct-a").await, app.account("acct-b").await), before);
     let read =
         app.ok(As::Gateway, Method::GET, &format!("/v1/accounts/acct-a/leases/{id}"), None, StatusCode::OK).await;
     assert_eq!(read["state"], "active");
@@ -69,9 +57,7 @@ async fn a_credential_under_another_accounts_route_is_not_found_and_a_rerouted_k
     assert_eq!(read["revoked_at"], Value::Null);
 
     let app = &app;
-    let verify = |key: String| async move {
-        app.ok(As::Gateway, Method::POST, "/v1/credentials/verify", Some(json!({"key": key})), StatusCode::OK).await
-    };
+    let verify = |key: String| async move { app.verify(&key).await };
     assert!(key.starts_with("tgk_acct-a_"), "{key}");
     assert_eq!(verify(key.clone()).await["valid"], true);
     let secret = key.strip_prefix("tgk_acct-a_").unwrap();

@@ -11,7 +11,7 @@ use tollgate_pg::testing::TestDb;
 use tollgate_server::Clock;
 use tollgate_store::Store;
 
-use crate::support::{App, As, policy};
+use crate::support::{Api, App, As, policy};
 
 async fn metrics(app: &App) -> String {
     let (status, text) = app.call(As::Admin, Method::GET, "/metrics", None).await;

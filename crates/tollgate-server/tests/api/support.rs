@@ -1,5 +1,5 @@
 //! One helper for the handler tests: a router over a `MemoryStore` and a
-//! settable clock, and a `call` that sends one request through it.
+//! settable clock, which sends each request of the shared [`Api`] through it.
 
 use std::sync::Arc;
 
@@ -11,8 +11,8 @@ use serde_json::Value;
 use tollgate_core::{GrantPolicy, Secret};
 use tollgate_server::{AppState, Limits, ManualClock, OperatorTokens, router};
 use tollgate_store::{MemoryStore, Store};
-pub(crate) use tollgate_testkit::assert_error;
 use tollgate_testkit::body_value;
+pub(crate) use tollgate_testkit::{Api, As, assert_error};
 use tower::ServiceExt;
 
 pub(crate) const ADMIN: &str = "admin-token-for-handler-tests";
@@ -34,26 +34,6 @@ pub(crate) struct App {
     pub state: AppState,
 }
 
-/// Who sends a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum As {
-    Admin,
-    Gateway,
-    Nobody,
-    Stranger,
-}
-
-impl As {
-    fn header(self) -> Option<String> {
-        match self {
-            As::Admin => Some(format!("Bearer {ADMIN}")),
-            As::Gateway => Some(format!("Bearer {GATEWAY}")),
-            As::Nobody => None,
-            As::Stranger => Some("Bearer not-an-operator-token-at-all".to_owned()),
-        }
-    }
-}
-
 impl App {
     pub(crate) fn new() -> App {
         App::with_store(Arc::new(MemoryStore::new(policy())), Limits::default())
@@ -66,66 +46,27 @@ impl App {
         App { router: router(state.clone()), clock, state }
     }
 
-    /// Sends one request and returns its status and JSON body (`Null` when the
-    /// body is empty, a JSON string when it is not JSON).
-    pub(crate) async fn call(&self, who: As, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
-        let bytes = body.map(|b| serde_json::to_vec(&b).unwrap()).unwrap_or_default();
-        self.call_raw(who, method, path, bytes).await
-    }
-
+    /// Sends raw bytes as `who`.
     pub(crate) async fn call_raw(&self, who: As, method: Method, path: &str, body: Vec<u8>) -> (StatusCode, Value) {
+        self.send(self.token(who), method, path, body).await
+    }
+}
+
+impl Api for App {
+    const ADMIN_TOKEN: &'static str = ADMIN;
+    const GATEWAY_TOKEN: &'static str = GATEWAY;
+
+    /// Sends one request through the router; the body as [`body_value`]
+    /// reads it.
+    async fn send(&self, token: Option<&str>, method: Method, path: &str, body: Vec<u8>) -> (StatusCode, Value) {
         let mut request = Request::builder().method(method).uri(path);
-        if let Some(header) = who.header() {
-            request = request.header("authorization", header);
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bearer {token}"));
         }
         let request = request.body(Body::from(body)).unwrap();
         let response = self.router.clone().oneshot(request).await.unwrap();
         let status = response.status();
         let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
         (status, body_value(&bytes))
-    }
-
-    pub(crate) async fn ok(
-        &self,
-        who: As,
-        method: Method,
-        path: &str,
-        body: Option<Value>,
-        expected: StatusCode,
-    ) -> Value {
-        let (status, value) = self.call(who, method.clone(), path, body).await;
-        assert_eq!(status, expected, "{method} {path}: {value}");
-        value
-    }
-
-    /// A funded account `acct` with `units` credited and one credential.
-    /// Returns the credential's id and key.
-    pub(crate) async fn funded(&self, account_id: &str, units: u64) -> (String, String) {
-        self.ok(
-            As::Admin,
-            Method::POST,
-            "/v1/accounts",
-            Some(serde_json::json!({"account_id": account_id})),
-            StatusCode::CREATED,
-        )
-        .await;
-        self.ok(
-            As::Admin,
-            Method::POST,
-            &format!("/v1/accounts/{account_id}/credits"),
-            Some(serde_json::json!({"credit_id": "c1", "units": units})),
-            StatusCode::CREATED,
-        )
-        .await;
-        let credential = self
-            .ok(
-                As::Admin,
-                Method::POST,
-                &format!("/v1/accounts/{account_id}/credentials"),
-                Some(serde_json::json!({"label": "test"})),
-                StatusCode::CREATED,
-            )
-            .await;
-        (credential["credential_id"].as_str().unwrap().to_owned(), credential["key"].as_str().unwrap().to_owned())
     }
 }

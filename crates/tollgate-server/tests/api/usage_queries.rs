@@ -7,13 +7,13 @@ use axum::http::{Method, Request, StatusCode};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use crate::support::{App, As, GATEWAY, assert_error};
+use crate::support::{Api, App, As, GATEWAY, assert_error};
 
 const FROM: &str = "2024-01-01T00:00:00Z";
 const TO: &str = "2024-01-01T00:03:00Z";
 
 async fn ingest(app: &App, events: Vec<Value>) {
-    let body = app.ok(As::Gateway, Method::POST, "/v1/usage", Some(json!({ "events": events })), StatusCode::OK).await;
+    let body = app.report_usage(json!({ "events": events })).await;
     for outcome in body["outcomes"].as_array().unwrap() {
         assert_eq!(outcome["outcome"], "accepted", "{outcome}");
     }

@@ -19,7 +19,7 @@ use tollgate_server::{AppState, Clock, Limits, OperatorTokens, WebhookSettings};
 use tollgate_store::WebhookKey;
 use tollgate_testkit::receiver::{Receiver, signed_by};
 
-use crate::support::{ADMIN, App, As, GATEWAY, assert_error, policy};
+use crate::support::{ADMIN, Api, App, As, GATEWAY, assert_error, policy};
 
 async fn on_postgres() -> App {
     let store = PostgresStore::on_test_db(TestDb::create().await, policy()).await.expect("store");

@@ -3,14 +3,13 @@
 
 use axum::http::{Method, StatusCode};
 use jiff::SignedDuration;
-use serde_json::json;
 use std::sync::Arc;
 use tollgate_core::GrantPolicy;
 use tollgate_server::Limits;
 use tollgate_server::worker::{PASSES_PER_TICK_MAX, reclaim_tick};
 use tollgate_store::MemoryStore;
 
-use crate::support::{App, As};
+use crate::support::{Api, App, As};
 
 /// A store whose reclaim passes settle at most `batch` leases, and `leases`
 /// one-second leases on one account, all past their boundary.
@@ -19,14 +18,7 @@ async fn due_leases(batch: u32, leases: u64) -> App {
     let app = App::with_store(Arc::new(MemoryStore::new(policy)), Limits::default());
     app.funded("acct", leases).await;
     for _ in 0..leases {
-        app.ok(
-            As::Gateway,
-            Method::POST,
-            "/v1/accounts/acct/leases",
-            Some(json!({"units": 1, "ttl": "PT1S"})),
-            StatusCode::CREATED,
-        )
-        .await;
+        app.acquire("acct", 1, "PT1S").await;
     }
     app.clock.set(crate::support::start() + SignedDuration::from_secs(1));
     app

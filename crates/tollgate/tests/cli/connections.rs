@@ -8,39 +8,9 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
+use tollgate_testkit::healthz;
 
 use crate::support::{ADMIN, GATEWAY, PROCESS_WAIT_MAX, Server, tollgate};
-
-/// Sends `GET /healthz` on a keep-alive connection and returns the status
-/// line, having read exactly the response.
-async fn healthz(stream: &mut TcpStream) -> std::io::Result<String> {
-    stream.write_all(b"GET /healthz HTTP/1.1\r\nhost: test\r\n\r\n").await?;
-    let mut received = Vec::new();
-    let head_end = loop {
-        if let Some(end) = received.windows(4).position(|w| w == b"\r\n\r\n") {
-            break end + 4;
-        }
-        let mut chunk = [0u8; 1024];
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        received.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&received[..head_end]).into_owned();
-    let length: usize = head
-        .lines()
-        .find_map(|line| line.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap()))
-        .expect("the response has a content-length");
-    let mut body_len = received.len() - head_end;
-    while body_len < length {
-        let mut chunk = [0u8; 1024];
-        let n = stream.read(&mut chunk).await?;
-        assert!(n > 0, "the response ended early: {head}");
-        body_len += n;
-    }
-    Ok(head.lines().next().unwrap_or_default().to_owned())
-}
 
 /// Waits until the server closes `stream`; returns what it sent first.
 async fn closed_by_server(stream: &mut TcpStream) -> Vec<u8> {

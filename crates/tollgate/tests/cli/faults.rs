@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::load::{self, Load, Tally, Targets};
-use crate::support::{As, GATEWAY, Server};
+use crate::support::{Api, As, GATEWAY, Server, with_tokens};
 
 /// Sessions of the test database, other than the caller's, that are running
 /// a statement or sit inside a transaction.
@@ -62,30 +62,13 @@ async fn hang_up(server: &Server, path: &str, body: &Value, delay_us: u64) {
     drop(stream);
 }
 
-async fn account(server: &Server, account_id: &str) -> Value {
-    server.ok(As::Gateway, Method::GET, &format!("/v1/accounts/{account_id}"), None, StatusCode::OK).await
-}
-
 #[tokio::test]
 async fn clients_hanging_up_lose_no_acknowledged_write() {
     let db = TestDb::create().await;
     let observer = db.new_pool(1).await;
     // One connection: every request meets whatever the last one left behind.
     let server = Server::start(&["--database-connections", "1"], &[("DATABASE_URL", db.url())]).await;
-    server.ok(As::Admin, Method::POST, "/v1/accounts", Some(json!({"account_id": "p"})), StatusCode::CREATED).await;
-    server
-        .ok(
-            As::Admin,
-            Method::POST,
-            "/v1/accounts/p/credits",
-            Some(json!({"credit_id": "c1", "units": 1000})),
-            StatusCode::CREATED,
-        )
-        .await;
-    let credential = server
-        .ok(As::Admin, Method::POST, "/v1/accounts/p/credentials", Some(json!({"label": "k"})), StatusCode::CREATED)
-        .await;
-    let credential_id = credential["credential_id"].as_str().expect("credential id").to_owned();
+    let (credential_id, _key) = server.funded("p", 1000).await;
 
     // Usage batches whose clients hang up 0-2 ms after sending them, at
     // delays spread over that range so that some land mid-operation.
@@ -104,15 +87,7 @@ async fn clients_hanging_up_lose_no_acknowledged_write() {
     let mut fences = Vec::new();
     let mut leases = Vec::new();
     for _ in 0..3 {
-        let lease = server
-            .ok(
-                As::Gateway,
-                Method::POST,
-                "/v1/accounts/p/leases",
-                Some(json!({"units": 100, "ttl": "PT10M"})),
-                StatusCode::CREATED,
-            )
-            .await;
+        let lease = server.acquire("p", 100, "PT10M").await;
         fences.push(lease["fencing_token"].as_u64().expect("fence"));
         leases.push(lease["lease_id"].as_str().expect("lease id").to_owned());
     }
@@ -147,21 +122,13 @@ async fn clients_hanging_up_lose_no_acknowledged_write() {
         .expect("lease rows readable");
     assert_eq!(stored, 3);
     // No fence twice: the next acquire gets the next one.
-    let next = server
-        .ok(
-            As::Gateway,
-            Method::POST,
-            "/v1/accounts/p/leases",
-            Some(json!({"units": 1, "ttl": "PT10M"})),
-            StatusCode::CREATED,
-        )
-        .await;
+    let next = server.acquire("p", 1, "PT10M").await;
     fences.push(next["fencing_token"].as_u64().expect("fence"));
     assert_eq!(fences, [1, 2, 3, 4]);
 
     // Each hung-up batch was accepted whole or not at all: billed counts
     // whole batches of 50, and the stored events agree with it.
-    let view = account(&server, "p").await;
+    let view = server.account("p").await;
     let billed = view["billed"].as_u64().expect("billed");
     assert_eq!(billed % 50, 0, "{view}");
     let events: i64 = sqlx::query_scalar("SELECT count(*) FROM tollgate_usage_events WHERE account_id = 'p'")
@@ -171,13 +138,10 @@ async fn clients_hanging_up_lose_no_acknowledged_write() {
     assert_eq!(u64::try_from(events).expect("count"), billed, "{view}");
     assert_eq!(view["reserved"], 301, "{view}");
     assert_eq!(view["available"], 699, "{view}");
-    let check = server.ok(As::Admin, Method::GET, "/v1/admin/check", None, StatusCode::OK).await;
+    let check = server.check().await;
     assert_eq!(check["ok"], true, "{check}");
 
-    let (stopped, stderr) = server.terminate().await;
-    assert!(stopped, "{stderr}");
-    observer.close().await;
-    db.drop_now().await;
+    shut_down([server], observer, db).await;
 }
 
 #[tokio::test]
@@ -185,16 +149,7 @@ async fn an_acquire_that_waited_past_its_deadline_grants_nothing() {
     let db = TestDb::create().await;
     let observer = db.new_pool(2).await;
     let server = Server::start(&["--request-timeout", "PT2S"], &[("DATABASE_URL", db.url())]).await;
-    server.ok(As::Admin, Method::POST, "/v1/accounts", Some(json!({"account_id": "q"})), StatusCode::CREATED).await;
-    server
-        .ok(
-            As::Admin,
-            Method::POST,
-            "/v1/accounts/q/credits",
-            Some(json!({"credit_id": "c1", "units": 1000})),
-            StatusCode::CREATED,
-        )
-        .await;
+    server.open_account("q", 1000).await;
 
     // Another session holds the account's row while the acquire runs.
     let mut holder = observer.begin().await.expect("begin");
@@ -211,14 +166,11 @@ async fn an_acquire_that_waited_past_its_deadline_grants_nothing() {
     // Once the row is free, nothing of the refused acquire may take effect.
     holder.commit().await.expect("commit");
     until_quiet(&observer).await;
-    let view = account(&server, "q").await;
+    let view = server.account("q").await;
     assert_eq!((&view["available"], &view["reserved"], &view["next_fence"]), (&json!(1000), &json!(0), &json!(1)));
     assert_eq!(view["active_leases"], 0, "{view}");
 
-    let (stopped, stderr) = server.terminate().await;
-    assert!(stopped, "{stderr}");
-    observer.close().await;
-    db.drop_now().await;
+    shut_down([server], observer, db).await;
 }
 
 // ------------------------------------------------------------- under load
@@ -255,6 +207,17 @@ fn report(name: &str, load: &Load, extra: &str) {
 fn free_listen_address() -> String {
     let socket = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
     socket.local_addr().expect("address").to_string()
+}
+
+/// Ends a test's servers, each of which must stop cleanly on SIGTERM, then
+/// its observer and its database.
+async fn shut_down(servers: impl IntoIterator<Item = Server>, observer: PgPool, db: TestDb) {
+    for server in servers {
+        let (stopped, stderr) = server.terminate().await;
+        assert!(stopped, "{stderr}");
+    }
+    observer.close().await;
+    db.drop_now().await;
 }
 
 /// No fencing token of any account appears on two leases.
@@ -295,12 +258,7 @@ async fn two_servers_on_one_database_under_load_with_hang_ups() {
     load::verify(&second.base, &seen).await;
     assert_fences_unique(&observer).await;
     report("two servers on PostgreSQL with hang-ups", &load, "");
-    for server in [first, second] {
-        let (stopped, stderr) = server.terminate().await;
-        assert!(stopped, "{stderr}");
-    }
-    observer.close().await;
-    db.drop_now().await;
+    shut_down([first, second], observer, db).await;
 }
 
 #[tokio::test]
@@ -309,7 +267,7 @@ async fn a_server_killed_mid_load_and_restarted_loses_nothing() {
     let observer = db.new_pool(1).await;
     let env = [("DATABASE_URL", db.url())];
     let listen = free_listen_address();
-    let server = Server::try_start_on(&listen, &[], &env).await.expect("server starts");
+    let server = Server::spawn_on(&listen, &[], &with_tokens(&env)).await.expect("server starts");
     let base = server.base.clone();
     let accounts = load::accounts(&base, "k", CLIENTS, 1_000_000).await;
     let load = load(vec![base.clone()]);
@@ -334,7 +292,8 @@ async fn a_server_killed_mid_load_and_restarted_loses_nothing() {
             }
             server.kill().await;
             kills += 1;
-            server = Server::try_start_on(&listen, &[], &[("DATABASE_URL", &url)]).await.expect("server restarts");
+            server =
+                Server::spawn_on(&listen, &[], &with_tokens(&[("DATABASE_URL", &url)])).await.expect("server restarts");
         }
         server
     });
@@ -345,10 +304,7 @@ async fn a_server_killed_mid_load_and_restarted_loses_nothing() {
     load::verify(&base, &seen).await;
     assert_fences_unique(&observer).await;
     report("server killed 3 times on PostgreSQL", &load, "");
-    let (stopped, stderr) = server.terminate().await;
-    assert!(stopped, "{stderr}");
-    observer.close().await;
-    db.drop_now().await;
+    shut_down([server], observer, db).await;
 }
 
 #[tokio::test]
@@ -391,10 +347,7 @@ async fn database_connections_terminated_mid_load_lose_nothing() {
     load::verify(&server.base, &seen).await;
     assert_fences_unique(&observer).await;
     report("PostgreSQL sessions terminated mid-load", &load, &format!(", {terminated} sessions terminated"));
-    let (stopped, stderr) = server.terminate().await;
-    assert!(stopped, "{stderr}");
-    observer.close().await;
-    db.drop_now().await;
+    shut_down([server], observer, db).await;
 }
 
 /// A PostgreSQL cluster of this test's own, in a temporary directory, so

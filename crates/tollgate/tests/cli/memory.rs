@@ -2,7 +2,7 @@
 
 use reqwest::{Method, StatusCode};
 
-use crate::support::{As, Server};
+use crate::support::{Api, As, Server};
 use crate::walk::{self, Backend, SERVE_ARGS};
 
 #[tokio::test]
@@ -18,7 +18,8 @@ async fn walk_on_the_memory_store() {
 /// once, and they work.
 #[tokio::test]
 async fn first_run_needs_no_setup() {
-    let server = Server::spawn(&[], &[]).await.unwrap_or_else(|(status, stderr)| panic!("{status}: {stderr}"));
+    let server =
+        Server::spawn_on("127.0.0.1:0", &[], &[]).await.unwrap_or_else(|(status, stderr)| panic!("{status}: {stderr}"));
     let token = |name: &str| {
         server
             .banner

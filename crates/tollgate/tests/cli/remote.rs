@@ -5,7 +5,7 @@
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::support::{ADMIN, As, GATEWAY, Server, run};
+use crate::support::{ADMIN, Api, As, GATEWAY, Server, run};
 
 async fn server_with_accounts() -> Server {
     let server = Server::start(&[], &[]).await;
@@ -19,8 +19,7 @@ async fn server_with_accounts() -> Server {
             server.ok(As::Admin, Method::POST, &path, Some(credit), StatusCode::CREATED).await;
         }
     }
-    let lease = json!({"units": 200, "ttl": "PT60S"});
-    server.ok(As::Gateway, Method::POST, "/v1/accounts/acct-a/leases", Some(lease), StatusCode::CREATED).await;
+    server.acquire("acct-a", 200, "PT60S").await;
     server
 }
 
@@ -117,15 +116,7 @@ async fn a_refusal_is_printed_with_its_code_and_fails() {
 /// them with a `model`.
 async fn server_with_usage() -> Server {
     let server = server_with_accounts().await;
-    let issued = server
-        .ok(
-            As::Admin,
-            Method::POST,
-            "/v1/accounts/acct-a/credentials",
-            Some(json!({"label": "gw"})),
-            StatusCode::CREATED,
-        )
-        .await;
+    let issued = server.issue_credential("acct-a", "gw").await;
     let credential_id = issued["credential_id"].as_str().expect("a credential id");
     let event = |request_id: &str, units: u64, at: &str, dimensions: Value| {
         json!({"request_id": request_id, "account_id": "acct-a", "credential_id": credential_id,
@@ -136,7 +127,7 @@ async fn server_with_usage() -> Server {
         event("r2", 5, "2026-01-01T01:20:00Z", json!({"model": "m2"})),
         event("r3", 3, "2026-01-01T01:30:00Z", json!({})),
     ]});
-    let outcomes = server.ok(As::Gateway, Method::POST, "/v1/usage", Some(events), StatusCode::OK).await;
+    let outcomes = server.report_usage(events).await;
     assert!(outcomes.to_string().matches("accepted").count() == 3, "{outcomes}");
     server
 }

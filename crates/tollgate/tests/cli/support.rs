@@ -1,5 +1,5 @@
 //! One helper for the end-to-end tests: the real `tollgate` binary, started on
-//! port 0, and an HTTP client that talks to it.
+//! port 0, and an HTTP client that sends it each request of the shared [`Api`].
 
 use std::path::Path;
 use std::process::Stdio;
@@ -7,7 +7,7 @@ use std::process::Stdio;
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 use tokio::process::Command;
-pub(crate) use tollgate_testkit::{PROCESS_WAIT_MAX, assert_error, signal};
+pub(crate) use tollgate_testkit::{Api, As, PROCESS_WAIT_MAX, assert_error, signal};
 use tollgate_testkit::{ServeProcess, Stderr, body_value, clean_command};
 
 pub(crate) const ADMIN: &str = "admin-token-for-end-to-end-tests";
@@ -17,14 +17,6 @@ pub(crate) const GATEWAY: &str = "gateway-token-for-end-to-end-tests";
 /// [`clean_command`]).
 pub(crate) fn tollgate() -> Command {
     clean_command(Path::new(env!("CARGO_BIN_EXE_tollgate")))
-}
-
-/// Who sends a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum As {
-    Admin,
-    Gateway,
-    Nobody,
 }
 
 pub(crate) struct Server {
@@ -48,23 +40,7 @@ impl Server {
     /// Like `start`, but a server that exits before listening is an `Err` with
     /// its exit status and stderr.
     pub(crate) async fn try_start(args: &[&str], env: &[(&str, &str)]) -> Result<Server, (String, String)> {
-        Server::try_start_on("127.0.0.1:0", args, env).await
-    }
-
-    /// Like `try_start`, on `listen`.
-    pub(crate) async fn try_start_on(
-        listen: &str,
-        args: &[&str],
-        env: &[(&str, &str)],
-    ) -> Result<Server, (String, String)> {
-        let tokens = [("TOLLGATE_ADMIN_TOKEN", ADMIN), ("TOLLGATE_GATEWAY_TOKEN", GATEWAY)];
-        let env: Vec<(&str, &str)> = tokens.into_iter().chain(env.iter().copied()).collect();
-        Server::spawn_on(listen, args, &env).await
-    }
-
-    /// Starts `tollgate serve` on 127.0.0.1:0 with exactly this configuration.
-    pub(crate) async fn spawn(args: &[&str], env: &[(&str, &str)]) -> Result<Server, (String, String)> {
-        Server::spawn_on("127.0.0.1:0", args, env).await
+        Server::spawn_on("127.0.0.1:0", args, &with_tokens(env)).await
     }
 
     /// Starts `tollgate serve` on `listen` with exactly this configuration.
@@ -81,50 +57,6 @@ impl Server {
         Ok(Server { base: process.base.clone(), banner: process.banner.clone(), process, client })
     }
 
-    /// Sends one request; returns its status and JSON body (`Null` when empty,
-    /// a string when not JSON).
-    pub(crate) async fn call(&self, who: As, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
-        let bytes = body.map(|b| serde_json::to_vec(&b).expect("JSON")).unwrap_or_default();
-        let token = match who {
-            As::Admin => Some(ADMIN),
-            As::Gateway => Some(GATEWAY),
-            As::Nobody => None,
-        };
-        self.send(token, method, path, bytes).await
-    }
-
-    /// Sends raw bytes with an optional bearer token.
-    pub(crate) async fn send(
-        &self,
-        token: Option<&str>,
-        method: Method,
-        path: &str,
-        body: Vec<u8>,
-    ) -> (StatusCode, Value) {
-        let mut request = self.client.request(method, format!("{}{path}", self.base)).body(body);
-        if let Some(token) = token {
-            request = request.bearer_auth(token);
-        }
-        let response = request.send().await.expect("the server answers");
-        let status = response.status();
-        let bytes = response.bytes().await.expect("the body arrives");
-        (status, body_value(&bytes))
-    }
-
-    /// A request expected to answer `expected`; returns the body.
-    pub(crate) async fn ok(
-        &self,
-        who: As,
-        method: Method,
-        path: &str,
-        body: Option<Value>,
-        expected: StatusCode,
-    ) -> Value {
-        let (status, value) = self.call(who, method.clone(), path, body).await;
-        assert_eq!(status, expected, "{method} {path}: {value}");
-        value
-    }
-
     /// Kills the process with SIGKILL, as a crash would, and waits for it.
     pub(crate) async fn kill(mut self) {
         self.process.kill().await;
@@ -134,6 +66,29 @@ impl Server {
     /// exited successfully, and its stderr.
     pub(crate) async fn terminate(self) -> (bool, String) {
         self.process.terminate().await
+    }
+}
+
+/// `env` with both test tokens before it.
+pub(crate) fn with_tokens<'a>(env: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let tokens = [("TOLLGATE_ADMIN_TOKEN", ADMIN), ("TOLLGATE_GATEWAY_TOKEN", GATEWAY)];
+    tokens.into_iter().chain(env.iter().copied()).collect()
+}
+
+impl Api for Server {
+    const ADMIN_TOKEN: &'static str = ADMIN;
+    const GATEWAY_TOKEN: &'static str = GATEWAY;
+
+    /// Sends one request over HTTP to the server.
+    async fn send(&self, token: Option<&str>, method: Method, path: &str, body: Vec<u8>) -> (StatusCode, Value) {
+        let mut request = self.client.request(method, format!("{}{path}", self.base)).body(body);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.expect("the server answers");
+        let status = response.status();
+        let bytes = response.bytes().await.expect("the body arrives");
+        (status, body_value(&bytes))
     }
 }
 

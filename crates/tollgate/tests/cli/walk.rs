@@ -8,7 +8,9 @@ use jiff::{SignedDuration, Timestamp};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::support::{ADMIN, As, GATEWAY, PROCESS_WAIT_MAX, Server, assert_error};
+use tollgate_testkit::{outcomes, usage_event};
+
+use crate::support::{ADMIN, Api, As, GATEWAY, PROCESS_WAIT_MAX, Server, assert_error};
 
 /// The arguments the walk needs: a short grace and a fast reclaim interval,
 /// so an abandoned lease is reclaimed within a second.
@@ -25,18 +27,7 @@ pub(crate) struct Backend {
 }
 
 fn event(request_id: &str, credential_id: &str, units: u64, lease: Option<(&str, u64)>) -> Value {
-    let mut event = json!({
-        "request_id": request_id,
-        "account_id": ACCOUNT,
-        "credential_id": credential_id,
-        "units": units,
-        "occurred_at": "2024-01-01T00:00:00.5+01:00",
-    });
-    if let Some((lease_id, fence)) = lease {
-        event["lease_id"] = json!(lease_id);
-        event["fencing_token"] = json!(fence);
-    }
-    event
+    usage_event(ACCOUNT, "2024-01-01T00:00:00.5+01:00", request_id, credential_id, units, lease)
 }
 
 fn ts(value: &Value) -> Timestamp {
@@ -66,27 +57,13 @@ pub(crate) async fn walk(server: &Server, backend: Backend) {
     assert_eq!((first["credited"].as_u64(), first["available"].as_u64()), (Some(1000), Some(1000)));
     let replay = s.ok(As::Admin, Method::POST, &credits, Some(credit), StatusCode::OK).await;
     assert_eq!(replay, first);
-    assert_error(
-        s.call(As::Admin, Method::POST, &credits, Some(json!({"credit_id": "invoice-1", "units": 999}))).await,
-        StatusCode::CONFLICT,
-        "credit_conflict",
-        false,
-    );
+    assert_error(s.credit(ACCOUNT, "invoice-1", 999).await, StatusCode::CONFLICT, "credit_conflict", false);
 
     // A credential, verified.
-    let issued = s
-        .ok(
-            As::Admin,
-            Method::POST,
-            &format!("{account_path}/credentials"),
-            Some(json!({"label": "e2e"})),
-            StatusCode::CREATED,
-        )
-        .await;
+    let issued = s.issue_credential(ACCOUNT, "e2e").await;
     let credential_id = issued["credential_id"].as_str().unwrap().to_owned();
     let key = issued["key"].as_str().unwrap().to_owned();
-    let verified =
-        s.ok(As::Gateway, Method::POST, "/v1/credentials/verify", Some(json!({"key": key})), StatusCode::OK).await;
+    let verified = s.verify(&key).await;
     assert_eq!(verified, json!({"valid": true, "credential_id": credential_id, "account_id": ACCOUNT}));
 
     // Acquire: the expiry is the server's now plus the exact TTL, and reading
@@ -94,15 +71,7 @@ pub(crate) async fn walk(server: &Server, backend: Backend) {
     let leases = format!("{account_path}/leases");
     let ttl = SignedDuration::new(600, 1);
     let before = Timestamp::now();
-    let a = s
-        .ok(
-            As::Gateway,
-            Method::POST,
-            &leases,
-            Some(json!({"units": 100, "ttl": "PT10M0.000000001S"})),
-            StatusCode::CREATED,
-        )
-        .await;
+    let a = s.acquire(ACCOUNT, 100, "PT10M0.000000001S").await;
     let after = Timestamp::now();
     let expires_at = ts(&a["expires_at"]);
     assert!(
@@ -116,8 +85,7 @@ pub(crate) async fn walk(server: &Server, backend: Backend) {
     assert_eq!(read["expires_at"], a["expires_at"]);
     assert_eq!(ts(&read["expires_at"]), expires_at);
     assert!(read.get("capability").is_none());
-    let b =
-        s.ok(As::Gateway, Method::POST, &leases, Some(json!({"units": 50, "ttl": "PT10M"})), StatusCode::CREATED).await;
+    let b = s.acquire(ACCOUNT, 50, "PT10M").await;
     let b_id = b["lease_id"].as_str().unwrap().to_owned();
 
     // A mixed batch: each outcome class.
@@ -128,16 +96,16 @@ pub(crate) async fn walk(server: &Server, backend: Backend) {
         event("u3", &credential_id, 1, Some((&a_id, 2))),
         event("u4", "cred_unknown", 1, None),
     ]});
-    let outcomes = s.ok(As::Gateway, Method::POST, "/v1/usage", Some(batch), StatusCode::OK).await;
+    let answered = s.report_usage(batch).await;
     assert_eq!(
-        outcomes,
-        json!({"outcomes": [
-            {"request_id": "u1", "outcome": "accepted"},
-            {"request_id": "u2", "outcome": "accepted"},
-            {"request_id": "u1", "outcome": "duplicate"},
-            {"request_id": "u3", "outcome": "rejected", "reason": "fence_mismatch"},
-            {"request_id": "u4", "outcome": "rejected", "reason": "unknown_credential"},
-        ]})
+        answered,
+        outcomes(&[
+            ("u1", "accepted"),
+            ("u2", "accepted"),
+            ("u1", "duplicate"),
+            ("u3", "rejected:fence_mismatch"),
+            ("u4", "rejected:unknown_credential")
+        ])
     );
 
     // Release A: 30 used, 70 returned.
@@ -174,9 +142,7 @@ pub(crate) async fn walk(server: &Server, backend: Backend) {
     assert!(merged["lease"]["capability"].as_str().is_some());
 
     // An abandoned lease is reclaimed by the worker once expiry + grace passed.
-    let d = s
-        .ok(As::Gateway, Method::POST, &leases, Some(json!({"units": 20, "ttl": "PT0.2S"})), StatusCode::CREATED)
-        .await;
+    let d = s.acquire(ACCOUNT, 20, "PT0.2S").await;
     let d_path = format!("/v1/accounts/{ACCOUNT}/leases/{}", d["lease_id"].as_str().unwrap());
     let deadline = tokio::time::Instant::now() + PROCESS_WAIT_MAX;
     loop {
@@ -188,18 +154,13 @@ pub(crate) async fn walk(server: &Server, backend: Backend) {
         assert!(tokio::time::Instant::now() < deadline, "lease {d_path} was not reclaimed");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let pass = s.ok(As::Admin, Method::POST, "/v1/admin/reclaim", None, StatusCode::OK).await;
+    let pass = s.reclaim().await;
     assert_eq!(pass, json!({"reclaimed": [], "full": false}));
 
     // The exact ledger after all of that.
-    let account = s.ok(As::Gateway, Method::GET, &account_path, None, StatusCode::OK).await;
-    assert_eq!(
-        account,
-        json!({"account_id": ACCOUNT, "credited": 1000, "available": 910, "reserved": 60, "consumed": 30,
-               "overage": 4, "billed": 34, "next_fence": 5, "active_leases": 1})
-    );
-    let check = s.ok(As::Admin, Method::GET, "/v1/admin/check", None, StatusCode::OK).await;
-    assert_eq!(check["ok"], true, "{check}");
+    let account = json!({"account_id": ACCOUNT, "credited": 1000, "available": 910, "reserved": 60, "consumed": 30,
+                         "overage": 4, "billed": 34, "next_fence": 5, "active_leases": 1});
+    let check = s.assert_ledger(ACCOUNT, account.clone()).await;
     assert_eq!(check["storage"]["backend"], backend.name);
     if backend.name == "postgres" {
         assert_eq!(check["storage"]["migrations"]["current"], true, "{check}");
@@ -213,26 +174,10 @@ pub(crate) async fn walk(server: &Server, backend: Backend) {
     assert_eq!([count("active"), count("released"), count("consolidated"), count("reclaimed")], [1, 1, 1, 1]);
 
     // Revocation.
-    s.ok(
-        As::Admin,
-        Method::POST,
-        &format!("/v1/accounts/{ACCOUNT}/credentials/{credential_id}/revoke"),
-        None,
-        StatusCode::OK,
-    )
-    .await;
-    let revoked =
-        s.ok(As::Gateway, Method::POST, "/v1/credentials/verify", Some(json!({"key": key})), StatusCode::OK).await;
+    s.revoke_credential(ACCOUNT, &credential_id).await;
+    let revoked = s.verify(&key).await;
     assert_eq!(revoked["reason"], "credential_revoked");
-    let credential = s
-        .ok(
-            As::Admin,
-            Method::GET,
-            &format!("/v1/accounts/{ACCOUNT}/credentials/{credential_id}"),
-            None,
-            StatusCode::OK,
-        )
-        .await;
+    let credential = s.credential(ACCOUNT, &credential_id).await;
     assert_eq!(credential["activity"]["accepted_events"], 2);
     assert_eq!(credential["activity"]["accepted_units"], 34);
     assert_eq!(ts(&credential["activity"]["last_used_at"]), "2023-12-31T23:00:00.5Z".parse::<Timestamp>().unwrap());
@@ -304,7 +249,7 @@ pub(crate) async fn walk(server: &Server, backend: Backend) {
         "batch_refused",
         false,
     );
-    let unchanged = s.ok(As::Gateway, Method::GET, &account_path, None, StatusCode::OK).await;
+    let unchanged = s.account(ACCOUNT).await;
     assert_eq!(unchanged, account);
 
     let metrics = s.call(As::Nobody, Method::GET, "/metrics", None).await;

@@ -9,7 +9,7 @@ use serde_json::json;
 use tollgate_pg::testing::TestDb;
 use tollgate_testkit::receiver::{Receiver, signed_by};
 
-use crate::support::{As, PROCESS_WAIT_MAX, Server};
+use crate::support::{Api, As, PROCESS_WAIT_MAX, Server};
 
 #[tokio::test]
 async fn events_committed_before_a_sigkill_are_delivered_once_after_restart() {
