@@ -10,7 +10,7 @@ use tollgate_core::{
     Account, AlertRule, Credential, CreditEntry, Lease, LeaseFilter, LeaseState, PageLimit, PageRequest,
 };
 
-use super::extract::{Form, Signed, failure, refusal};
+use super::extract::{Change, Signed, failure, refusal};
 use super::layout::{account_path, duration, page, segment, time_element};
 use super::usage::{self, UsageView};
 use crate::AppState;
@@ -271,15 +271,8 @@ fn uuid_like() -> String {
 }
 
 /// Adds a credit from the form; idempotent on its `credit_id`.
-pub(crate) async fn add_credit(
-    signed: Signed,
-    State(state): State<AppState>,
-    Path(account_id): Path<String>,
-    form: Form,
-) -> Response {
-    if let Some(refused) = signed.refuses_change(&state, &form) {
-        return refused;
-    }
+pub(crate) async fn add_credit(State(state): State<AppState>, change: Change<String>) -> Response {
+    let Change { signed, path: account_id, form } = change;
     let units = match form.get("units").map(str::trim).and_then(|units| units.parse::<u64>().ok()) {
         Some(units) => units,
         None => {
@@ -301,15 +294,8 @@ fn back_to_account<T>(result: Result<T, tollgate_core::Error>, account_id: &str,
 }
 
 /// Issues a credential and shows its key, on this page only.
-pub(crate) async fn issue_credential(
-    signed: Signed,
-    State(state): State<AppState>,
-    Path(account_id): Path<String>,
-    form: Form,
-) -> Response {
-    if let Some(refused) = signed.refuses_change(&state, &form) {
-        return refused;
-    }
+pub(crate) async fn issue_credential(State(state): State<AppState>, change: Change<String>) -> Response {
+    let Change { signed, path: account_id, form } = change;
     let label = form.get("label").unwrap_or("");
     let issued = match state.store().issue_credential(&account_id, label, state.now()).await {
         Ok(issued) => issued,
@@ -326,15 +312,8 @@ pub(crate) async fn issue_credential(
 }
 
 /// Revokes a credential of the account.
-pub(crate) async fn revoke(
-    signed: Signed,
-    State(state): State<AppState>,
-    Path((account_id, credential_id)): Path<(String, String)>,
-    form: Form,
-) -> Response {
-    if let Some(refused) = signed.refuses_change(&state, &form) {
-        return refused;
-    }
+pub(crate) async fn revoke(State(state): State<AppState>, change: Change<(String, String)>) -> Response {
+    let Change { signed, path: (account_id, credential_id), .. } = change;
     let revoked = state.store().revoke_credential(&account_id, &credential_id, state.now()).await;
     back_to_account(revoked, &account_id, &signed)
 }

@@ -1,12 +1,15 @@
-//! What a console request brings: its session ([`Signed`]) and its form
-//! ([`Form`]), and how a console refusal is answered (an HTML page with the
+//! What a console request brings: its session ([`Signed`]), its form
+//! ([`Form`]) and, for a form that changes something, both checked together
+//! ([`Change`]); and how a console refusal is answered (an HTML page with the
 //! status, never a JSON body).
 
+use axum::RequestPartsExt;
 use axum::body::to_bytes;
-use axum::extract::{FromRequest, FromRequestParts, OptionalFromRequestParts, Request};
+use axum::extract::{FromRequest, FromRequestParts, OptionalFromRequestParts, Path, Request};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
 
 use super::layout;
 use super::session::{SESSION_COOKIE, Session, cookie_value};
@@ -31,7 +34,7 @@ pub(crate) struct Signed {
 impl Signed {
     /// The refusal of a change, unless it comes from the admin role and from
     /// a form of its own session.
-    pub(crate) fn refuses_change(&self, state: &AppState, form: &Form) -> Option<Response> {
+    fn refuses_change(&self, state: &AppState, form: &Form) -> Option<Response> {
         if !self.session.csrf_holds(state.tokens(), form.get("csrf").unwrap_or("")) {
             return Some(refusal(StatusCode::FORBIDDEN, CSRF_PROBLEM, Some(self)));
         }
@@ -84,6 +87,31 @@ impl FromRequest<AppState> for Form {
             refusal(StatusCode::PAYLOAD_TOO_LARGE, "The form sent more than the console accepts.", None)
         })?;
         Ok(Form(form_urlencoded::parse(&body).into_owned().collect()))
+    }
+}
+
+/// A form that changes something: the operator who sent it, the route's
+/// path parameters and the form, once the form has shown it comes from an
+/// admin's own session. Read in the order separate extractors would be: the
+/// session, the path, the form, then the check.
+pub(crate) struct Change<P> {
+    pub(crate) signed: Signed,
+    pub(crate) path: P,
+    pub(crate) form: Form,
+}
+
+impl<P: DeserializeOwned + Send + 'static> FromRequest<AppState> for Change<P> {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, Response> {
+        let (mut parts, body) = request.into_parts();
+        let signed: Signed = parts.extract_with_state(state).await?;
+        let Path(path) = parts.extract_with_state::<Path<P>, _>(state).await.map_err(IntoResponse::into_response)?;
+        let form = Form::from_request(Request::from_parts(parts, body), state).await?;
+        if let Some(refused) = signed.refuses_change(state, &form) {
+            return Err(refused);
+        }
+        Ok(Change { signed, path, form })
     }
 }
 
