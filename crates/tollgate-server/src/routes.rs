@@ -31,8 +31,15 @@ use crate::worker;
 
 mod journal;
 mod listings;
+mod params;
+mod responses;
 mod usage;
 mod webhooks;
+
+use params::{AccountPath, CredentialPath, IdempotencyKeyParams, LeasePath};
+use responses::{
+    AccountNotFound, BadBody, CredentialNotFound, IdempotencyKeyReused, LeaseNotFound, StorageUnavailable,
+};
 
 type ApiResult = Result<Response, ApiError>;
 
@@ -84,18 +91,6 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .merge(public)
 }
 
-/// The `Idempotency-Key` header of the routes that apply a change, as the
-/// OpenAPI document states it; the handlers read it through
-/// [`IdempotencyHeader`].
-#[derive(utoipa::IntoParams)]
-#[into_params(parameter_in = Header)]
-#[expect(dead_code, reason = "documents the header; IdempotencyHeader reads it")]
-struct IdempotencyKeyParams {
-    /// 1 to 255 visible ASCII characters; a random UUIDv4 or better. A retry with the same key and request answers with the original status and body and applies nothing again
-    #[param(rename = "Idempotency-Key", nullable = false)]
-    idempotency_key: Option<String>,
-}
-
 fn json<T: serde::Serialize>(status: StatusCode, body: T) -> ApiResult {
     Ok((status, Json(body)).into_response())
 }
@@ -126,16 +121,16 @@ pub(crate) async fn create_account(
 /// An account with all its counters.
 #[utoipa::path(
     get, path = "/v1/accounts/{account_id}", tag = "accounts",
-    params(("account_id" = String, Path)),
+    params(AccountPath),
     responses(
         (status = 200, description = "The account", body = AccountBody),
-        (status = 404, description = "`account_not_found`", body = ErrorBody),
+        AccountNotFound,
     ),
 )]
 pub(crate) async fn get_account(
     _: GatewayAuth,
     State(state): State<AppState>,
-    ApiPath(account_id): ApiPath<String>,
+    ApiPath(AccountPath { account_id }): ApiPath<AccountPath>,
 ) -> ApiResult {
     let view = state.store().account(&account_id).await?;
     json(StatusCode::OK, AccountBody::from(&view))
@@ -144,20 +139,20 @@ pub(crate) async fn get_account(
 /// Adds prepaid units, idempotently on `credit_id`.
 #[utoipa::path(
     post, path = "/v1/accounts/{account_id}/credits", tag = "accounts",
-    params(("account_id" = String, Path)),
+    params(AccountPath),
     request_body = CreditRequest,
     responses(
         (status = 201, description = "Credited; the account after the credit", body = AccountBody),
         (status = 200, description = "An identical replay; nothing changed", body = AccountBody),
         (status = 400, description = "`invalid_units`, `units_out_of_range`, `invalid_id` or bad body", body = ErrorBody),
-        (status = 404, description = "`account_not_found`", body = ErrorBody),
+        AccountNotFound,
         (status = 409, description = "`credit_conflict` or `counter_overflow`", body = ErrorBody),
     ),
 )]
 pub(crate) async fn credit(
     _: AdminAuth,
     State(state): State<AppState>,
-    ApiPath(account_id): ApiPath<String>,
+    ApiPath(AccountPath { account_id }): ApiPath<AccountPath>,
     ApiJson(body): ApiJson<CreditRequest>,
 ) -> ApiResult {
     let receipt = state.store().credit(&account_id, &body.credit_id, body.units, state.now()).await?;
@@ -168,19 +163,19 @@ pub(crate) async fn credit(
 /// Issues an end-user API key. The key is in this response only.
 #[utoipa::path(
     post, path = "/v1/accounts/{account_id}/credentials", tag = "credentials",
-    params(("account_id" = String, Path), IdempotencyKeyParams),
+    params(AccountPath, IdempotencyKeyParams),
     request_body = CreateCredentialRequest,
     responses(
         (status = 201, description = "The credential and its key, shown once", body = IssuedCredentialBody),
         (status = 400, description = "`invalid_label`, `invalid_idempotency_key` or bad body", body = ErrorBody),
-        (status = 404, description = "`account_not_found`", body = ErrorBody),
-        (status = 409, description = "`idempotency_key_reused`", body = ErrorBody),
+        AccountNotFound,
+        IdempotencyKeyReused,
     ),
 )]
 pub(crate) async fn issue_credential(
     _: AdminAuth,
     State(state): State<AppState>,
-    ApiPath(account_id): ApiPath<String>,
+    ApiPath(AccountPath { account_id }): ApiPath<AccountPath>,
     IdempotencyHeader(idempotency): IdempotencyHeader,
     ApiJson(body): ApiJson<CreateCredentialRequest>,
 ) -> ApiResult {
@@ -199,16 +194,16 @@ pub(crate) async fn issue_credential(
 /// credential of another account is `credential_not_found`.
 #[utoipa::path(
     get, path = "/v1/accounts/{account_id}/credentials/{credential_id}", tag = "credentials",
-    params(("account_id" = String, Path), ("credential_id" = String, Path)),
+    params(CredentialPath),
     responses(
         (status = 200, description = "The credential", body = CredentialBody),
-        (status = 404, description = "`credential_not_found`", body = ErrorBody),
+        CredentialNotFound,
     ),
 )]
 pub(crate) async fn get_credential(
     _: AdminAuth,
     State(state): State<AppState>,
-    ApiPath((account_id, credential_id)): ApiPath<(String, String)>,
+    ApiPath(CredentialPath { account_id, credential_id }): ApiPath<CredentialPath>,
 ) -> ApiResult {
     let credential = state.store().credential(&account_id, &credential_id).await?;
     json(StatusCode::OK, CredentialBody::from(&credential))
@@ -218,18 +213,18 @@ pub(crate) async fn get_credential(
 /// revocation time; a credential of another account is `credential_not_found`.
 #[utoipa::path(
     post, path = "/v1/accounts/{account_id}/credentials/{credential_id}/revoke", tag = "credentials",
-    params(("account_id" = String, Path), ("credential_id" = String, Path), IdempotencyKeyParams),
+    params(CredentialPath, IdempotencyKeyParams),
     responses(
         (status = 200, description = "The revoked credential", body = CredentialBody),
         (status = 400, description = "`invalid_idempotency_key`", body = ErrorBody),
-        (status = 404, description = "`credential_not_found`", body = ErrorBody),
-        (status = 409, description = "`idempotency_key_reused`", body = ErrorBody),
+        CredentialNotFound,
+        IdempotencyKeyReused,
     ),
 )]
 pub(crate) async fn revoke_credential(
     _: AdminAuth,
     State(state): State<AppState>,
-    ApiPath((account_id, credential_id)): ApiPath<(String, String)>,
+    ApiPath(CredentialPath { account_id, credential_id }): ApiPath<CredentialPath>,
     IdempotencyHeader(idempotency): IdempotencyHeader,
 ) -> ApiResult {
     let store = state.store();
@@ -247,7 +242,7 @@ pub(crate) async fn revoke_credential(
     request_body = VerifyRequest,
     responses(
         (status = 200, description = "Whether the key is valid, and why not", body = VerifyResponse),
-        (status = 400, description = "Bad body", body = ErrorBody),
+        BadBody,
     ),
 )]
 pub(crate) async fn verify_credential(
@@ -263,19 +258,19 @@ pub(crate) async fn verify_credential(
 /// carries the exact expiry and the capability, which is shown only here.
 #[utoipa::path(
     post, path = "/v1/accounts/{account_id}/leases", tag = "leases",
-    params(("account_id" = String, Path), IdempotencyKeyParams),
+    params(AccountPath, IdempotencyKeyParams),
     request_body = AcquireRequest,
     responses(
         (status = 201, description = "The lease with its capability", body = LeaseBody),
         (status = 400, description = "`invalid_units`, `invalid_ttl`, `units_out_of_range`, `invalid_idempotency_key` or bad body", body = ErrorBody),
-        (status = 404, description = "`account_not_found`", body = ErrorBody),
+        AccountNotFound,
         (status = 409, description = "`insufficient_balance`, `expiry_out_of_range`, `counter_overflow` or `idempotency_key_reused`", body = ErrorBody),
     ),
 )]
 pub(crate) async fn acquire(
     _: GatewayAuth,
     State(state): State<AppState>,
-    ApiPath(account_id): ApiPath<String>,
+    ApiPath(AccountPath { account_id }): ApiPath<AccountPath>,
     IdempotencyHeader(idempotency): IdempotencyHeader,
     ApiJson(body): ApiJson<AcquireRequest>,
 ) -> ApiResult {
@@ -303,16 +298,16 @@ pub(crate) async fn acquire(
 /// is `lease_not_found`.
 #[utoipa::path(
     get, path = "/v1/accounts/{account_id}/leases/{lease_id}", tag = "leases",
-    params(("account_id" = String, Path), ("lease_id" = String, Path)),
+    params(LeasePath),
     responses(
         (status = 200, description = "The lease", body = LeaseBody),
-        (status = 404, description = "`lease_not_found`", body = ErrorBody),
+        LeaseNotFound,
     ),
 )]
 pub(crate) async fn get_lease(
     _: GatewayAuth,
     State(state): State<AppState>,
-    ApiPath((account_id, lease_id)): ApiPath<(String, String)>,
+    ApiPath(LeasePath { account_id, lease_id }): ApiPath<LeasePath>,
 ) -> ApiResult {
     let lease = state.store().lease(&account_id, &lease_id).await?;
     json(StatusCode::OK, LeaseBody::from(&lease))
@@ -323,19 +318,19 @@ pub(crate) async fn get_lease(
 /// `lease_not_found` and nothing changes.
 #[utoipa::path(
     post, path = "/v1/accounts/{account_id}/leases/{lease_id}/release", tag = "leases",
-    params(("account_id" = String, Path), ("lease_id" = String, Path), IdempotencyKeyParams),
+    params(LeasePath, IdempotencyKeyParams),
     request_body = ReleaseRequest,
     responses(
         (status = 200, description = "The settled lease and how it was split", body = ReleaseResponse),
         (status = 400, description = "`invalid_idempotency_key` or bad body", body = ErrorBody),
-        (status = 404, description = "`lease_not_found`", body = ErrorBody),
+        LeaseNotFound,
         (status = 409, description = "`capability_mismatch`, `lease_not_active`, `lease_expired` or `idempotency_key_reused`", body = ErrorBody),
     ),
 )]
 pub(crate) async fn release(
     _: GatewayAuth,
     State(state): State<AppState>,
-    ApiPath((account_id, lease_id)): ApiPath<(String, String)>,
+    ApiPath(LeasePath { account_id, lease_id }): ApiPath<LeasePath>,
     IdempotencyHeader(idempotency): IdempotencyHeader,
     ApiJson(body): ApiJson<ReleaseRequest>,
 ) -> ApiResult {
@@ -365,7 +360,7 @@ pub(crate) async fn release(
 /// the account: a lease of another account is `lease_not_found`.
 #[utoipa::path(
     post, path = "/v1/accounts/{account_id}/leases/consolidate", tag = "leases",
-    params(("account_id" = String, Path), IdempotencyKeyParams),
+    params(AccountPath, IdempotencyKeyParams),
     request_body = ConsolidateRequest,
     responses(
         (status = 201, description = "The new lease with its capability, and each source's settlement", body = ConsolidateResponse),
@@ -377,7 +372,7 @@ pub(crate) async fn release(
 pub(crate) async fn consolidate(
     _: GatewayAuth,
     State(state): State<AppState>,
-    ApiPath(account_id): ApiPath<String>,
+    ApiPath(AccountPath { account_id }): ApiPath<AccountPath>,
     IdempotencyHeader(idempotency): IdempotencyHeader,
     ApiJson(body): ApiJson<ConsolidateRequest>,
 ) -> ApiResult {
@@ -412,7 +407,7 @@ pub(crate) async fn consolidate(
     request_body = IngestRequest,
     responses(
         (status = 200, description = "One outcome per event, in input order", body = IngestResponse),
-        (status = 400, description = "Bad body", body = ErrorBody),
+        BadBody,
         (status = 413, description = "`batch_too_large` or `payload_too_large`", body = ErrorBody),
         (status = 422, description = "`batch_refused`: accepting the batch would overflow a counter; nothing was applied", body = ErrorBody),
         (status = 500, description = "`storage_corrupt`", body = ErrorBody),
@@ -455,7 +450,7 @@ async fn ingest_events(
     post, path = "/v1/admin/reclaim", tag = "admin",
     responses(
         (status = 200, description = "What the pass settled; `full` means more may be due", body = ReclaimResponse),
-        (status = 503, description = "`storage_unavailable`", body = ErrorBody),
+        StorageUnavailable,
     ),
 )]
 pub(crate) async fn reclaim(_: AdminAuth, State(state): State<AppState>) -> ApiResult {

@@ -9,6 +9,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use tollgate_api::{ErrorBody, JournalPageBody};
 
+use super::params::AccountPath;
+use super::responses::AccountNotFound;
 use super::{ApiResult, json};
 use crate::AppState;
 use crate::auth::GatewayAuth;
@@ -21,20 +23,20 @@ use crate::extract::{ApiPath, QueryParams};
 #[utoipa::path(
     get, path = "/v1/accounts/{account_id}/journal", tag = "accounts",
     params(
-        ("account_id" = String, Path),
+        AccountPath,
         ("after" = Option<u64>, Query, description = "Entries after this sequence number; 0 (the default) reads from the first"),
         ("limit" = Option<u32>, Query, description = "At most this many entries, 1 to 1000; 100 by default"),
     ),
     responses(
         (status = 200, description = "A page of the journal", body = JournalPageBody),
         (status = 400, description = "`invalid_after`, `invalid_limit`, `invalid_query` or `invalid_path`", body = ErrorBody),
-        (status = 404, description = "`account_not_found`", body = ErrorBody),
+        AccountNotFound,
     ),
 )]
 pub(crate) async fn account_journal(
     _: GatewayAuth,
     State(state): State<AppState>,
-    ApiPath(account_id): ApiPath<String>,
+    ApiPath(AccountPath { account_id }): ApiPath<AccountPath>,
     query: QueryParams,
 ) -> ApiResult {
     let query = query.only(&["after", "limit"])?;

@@ -10,6 +10,8 @@ use axum::http::StatusCode;
 use tollgate_api::{AccountBody, CredentialBody, CreditBody, ErrorBody, LeaseBody, PageBody};
 use tollgate_core::LeaseFilter;
 
+use super::params::AccountPath;
+use super::responses::{AccountNotFound, PageRefused};
 use super::{ApiResult, json};
 use crate::AppState;
 use crate::auth::{AdminAuth, GatewayAuth};
@@ -38,7 +40,7 @@ pub(crate) struct PageParams {
     ),
     responses(
         (status = 200, description = "One page of accounts", body = PageBody<AccountBody>),
-        (status = 400, description = "`invalid_limit`, `invalid_cursor` or `invalid_query`", body = ErrorBody),
+        PageRefused,
     ),
 )]
 pub(crate) async fn list_accounts(_: AdminAuth, State(state): State<AppState>, query: QueryParams) -> ApiResult {
@@ -53,20 +55,20 @@ pub(crate) async fn list_accounts(_: AdminAuth, State(state): State<AppState>, q
 #[utoipa::path(
     get, path = "/v1/accounts/{account_id}/leases", tag = "leases",
     params(
-        ("account_id" = String, Path),
+        AccountPath,
         ("state" = Option<String>, Query, description = "`active`, `released`, `reclaimed` or `consolidated`; every lease when absent"),
         PageParams,
     ),
     responses(
         (status = 200, description = "One page of leases", body = PageBody<LeaseBody>),
         (status = 400, description = "`invalid_limit`, `invalid_cursor`, `invalid_state` or `invalid_query`", body = ErrorBody),
-        (status = 404, description = "`account_not_found`", body = ErrorBody),
+        AccountNotFound,
     ),
 )]
 pub(crate) async fn list_leases(
     _: GatewayAuth,
     State(state): State<AppState>,
-    ApiPath(account_id): ApiPath<String>,
+    ApiPath(AccountPath { account_id }): ApiPath<AccountPath>,
     query: QueryParams,
 ) -> ApiResult {
     let query = query.only(&["state", "cursor", "limit"])?;
@@ -89,19 +91,19 @@ macro_rules! paged_account_listing {
         #[utoipa::path(
             get, path = $path, tag = $tag,
             params(
-                ("account_id" = String, Path),
+                AccountPath,
                 PageParams,
             ),
             responses(
                 (status = 200, description = $described, body = PageBody<$body>),
-                (status = 400, description = "`invalid_limit`, `invalid_cursor` or `invalid_query`", body = ErrorBody),
-                (status = 404, description = "`account_not_found`", body = ErrorBody),
+                PageRefused,
+                AccountNotFound,
             ),
         )]
         pub(crate) async fn $handler(
             _: $auth,
             State(state): State<AppState>,
-            ApiPath(account_id): ApiPath<String>,
+            ApiPath(AccountPath { account_id }): ApiPath<AccountPath>,
             query: QueryParams,
         ) -> ApiResult {
             let page = query.only(&["cursor", "limit"])?.page()?;

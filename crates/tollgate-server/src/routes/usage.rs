@@ -17,6 +17,8 @@ use tollgate_api::{ErrorBody, ExportedEventBody, UsageEventsPage, UsageReportBod
 use tollgate_core::query::{ExportQuery, UsageQuery};
 use tollgate_core::{Error, Page, PageLimit, UsageEvent};
 
+use super::params::AccountPath;
+use super::responses::{AccountNotFound, StorageUnavailable};
 use super::{ApiResult, json};
 use crate::AppState;
 use crate::auth::GatewayAuth;
@@ -47,7 +49,7 @@ pub(crate) struct RangeParams {
 #[utoipa::path(
     get, path = "/v1/accounts/{account_id}/usage", tag = "usage",
     params(
-        ("account_id" = String, Path),
+        AccountPath,
         RangeParams,
         ("window" = Option<String>, Query, description = "`PT1M`, `PT1H` or `P1D` (UTC-aligned); omitted: one bucket"),
         ("group_by" = Option<String>, Query, description = "`credential`, `lease`, `funding` or `dimension:KEY`; omitted: one group"),
@@ -56,14 +58,14 @@ pub(crate) struct RangeParams {
         (status = 200, description = "Every bucket of the range, in time order, and the total", body = UsageReportBody),
         (status = 400, description = "`invalid_timestamp`, `invalid_range`, `invalid_window`, `invalid_group_by`, \
             `too_many_buckets` (more than 10 000 windows) or `invalid_query`", body = ErrorBody),
-        (status = 404, description = "`account_not_found`", body = ErrorBody),
-        (status = 503, description = "`storage_unavailable`", body = ErrorBody),
+        AccountNotFound,
+        StorageUnavailable,
     ),
 )]
 pub(crate) async fn get_usage(
     _: GatewayAuth,
     State(state): State<AppState>,
-    ApiPath(account_id): ApiPath<String>,
+    ApiPath(AccountPath { account_id }): ApiPath<AccountPath>,
     params: QueryParams,
 ) -> ApiResult {
     let params = params.only(&["from", "to", "window", "group_by"])?;
@@ -86,7 +88,7 @@ pub(crate) async fn get_usage(
 #[utoipa::path(
     get, path = "/v1/accounts/{account_id}/usage/events", tag = "usage",
     params(
-        ("account_id" = String, Path),
+        AccountPath,
         RangeParams,
         ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
         ("limit" = Option<u32>, Query, description = "1 to 1000, default 100; the page size (JSON only)"),
@@ -100,14 +102,14 @@ pub(crate) async fn get_usage(
             )),
         (status = 400, description = "`invalid_timestamp`, `invalid_range`, `invalid_limit`, `invalid_cursor` or \
             `invalid_query`", body = ErrorBody),
-        (status = 404, description = "`account_not_found`", body = ErrorBody),
-        (status = 503, description = "`storage_unavailable`", body = ErrorBody),
+        AccountNotFound,
+        StorageUnavailable,
     ),
 )]
 pub(crate) async fn get_usage_events(
     _: GatewayAuth,
     State(state): State<AppState>,
-    ApiPath(account_id): ApiPath<String>,
+    ApiPath(AccountPath { account_id }): ApiPath<AccountPath>,
     params: QueryParams,
 ) -> ApiResult {
     let params = params.only(&["from", "to", "cursor", "limit", "format"])?;

@@ -18,6 +18,8 @@ use tollgate_core::{Condition, Error, EventType};
 use tollgate_store::{IssuedEndpoint, NewEndpoint, SecretRotation, WebhookKey, new_webhook_secret};
 
 use super::listings::PageParams;
+use super::params::{AccountPath, DeliveryPath, EndpointPath, RulePath};
+use super::responses::{AccountNotFound, EndpointNotFound, PageRefused};
 use super::{ApiResult, json};
 use crate::AppState;
 use crate::auth::AdminAuth;
@@ -45,19 +47,19 @@ fn key(state: &AppState) -> Result<&WebhookKey, Error> {
 /// rule emits `balance.recovered` once when it becomes false again.
 #[utoipa::path(
     post, path = "/v1/accounts/{account_id}/alert-rules", tag = "alerts",
-    params(("account_id" = String, Path)),
+    params(AccountPath),
     request_body = CreateAlertRuleRequest,
     responses(
         (status = 201, description = "The new rule", body = AlertRuleBody),
         (status = 400, description = "`invalid_condition` or bad body", body = ErrorBody),
-        (status = 404, description = "`account_not_found`", body = ErrorBody),
+        AccountNotFound,
         (status = 409, description = "`too_many_rules`: at most 20 per account", body = ErrorBody),
     ),
 )]
 pub(crate) async fn create_alert_rule(
     _: AdminAuth,
     State(state): State<AppState>,
-    ApiPath(account_id): ApiPath<String>,
+    ApiPath(AccountPath { account_id }): ApiPath<AccountPath>,
     ApiJson(body): ApiJson<CreateAlertRuleRequest>,
 ) -> ApiResult {
     let condition = Condition::parse(&body.condition, body.threshold)?;
@@ -68,16 +70,16 @@ pub(crate) async fn create_alert_rule(
 /// The account's alert rules, oldest first.
 #[utoipa::path(
     get, path = "/v1/accounts/{account_id}/alert-rules", tag = "alerts",
-    params(("account_id" = String, Path)),
+    params(AccountPath),
     responses(
         (status = 200, description = "The rules", body = AlertRulesBody),
-        (status = 404, description = "`account_not_found`", body = ErrorBody),
+        AccountNotFound,
     ),
 )]
 pub(crate) async fn list_alert_rules(
     _: AdminAuth,
     State(state): State<AppState>,
-    ApiPath(account_id): ApiPath<String>,
+    ApiPath(AccountPath { account_id }): ApiPath<AccountPath>,
 ) -> ApiResult {
     let rules = state.store().alert_rules(&account_id).await?;
     json(StatusCode::OK, AlertRulesBody { rules: rules.iter().map(AlertRuleBody::from).collect() })
@@ -86,7 +88,7 @@ pub(crate) async fn list_alert_rules(
 /// Deletes an alert rule; it emits nothing more.
 #[utoipa::path(
     delete, path = "/v1/accounts/{account_id}/alert-rules/{rule_id}", tag = "alerts",
-    params(("account_id" = String, Path), ("rule_id" = String, Path)),
+    params(RulePath),
     responses(
         (status = 204, description = "Deleted"),
         (status = 404, description = "`account_not_found` or `rule_not_found`", body = ErrorBody),
@@ -95,7 +97,7 @@ pub(crate) async fn list_alert_rules(
 pub(crate) async fn delete_alert_rule(
     _: AdminAuth,
     State(state): State<AppState>,
-    ApiPath((account_id, rule_id)): ApiPath<(String, String)>,
+    ApiPath(RulePath { account_id, rule_id }): ApiPath<RulePath>,
 ) -> ApiResult {
     state.store().delete_alert_rule(&account_id, &rule_id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
@@ -141,16 +143,16 @@ pub(crate) async fn list_endpoints(_: AdminAuth, State(state): State<AppState>) 
 /// Deletes an endpoint with its deliveries; nothing more is sent to it.
 #[utoipa::path(
     delete, path = "/v1/webhooks/{endpoint_id}", tag = "webhooks",
-    params(("endpoint_id" = String, Path)),
+    params(EndpointPath),
     responses(
         (status = 204, description = "Deleted"),
-        (status = 404, description = "`endpoint_not_found`", body = ErrorBody),
+        EndpointNotFound,
     ),
 )]
 pub(crate) async fn delete_endpoint(
     _: AdminAuth,
     State(state): State<AppState>,
-    ApiPath(endpoint_id): ApiPath<String>,
+    ApiPath(EndpointPath { endpoint_id }): ApiPath<EndpointPath>,
 ) -> ApiResult {
     state.store().delete_endpoint(&endpoint_id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
@@ -161,19 +163,19 @@ pub(crate) async fn delete_endpoint(
 /// receiver can switch without refusing a delivery.
 #[utoipa::path(
     post, path = "/v1/webhooks/{endpoint_id}/rotate-secret", tag = "webhooks",
-    params(("endpoint_id" = String, Path)),
+    params(EndpointPath),
     request_body = RotateSecretRequest,
     responses(
         (status = 200, description = "The endpoint with its new secret", body = WebhookEndpointBody),
         (status = 400, description = "`invalid_overlap` or bad body", body = ErrorBody),
-        (status = 404, description = "`endpoint_not_found`", body = ErrorBody),
+        EndpointNotFound,
         (status = 409, description = "`webhook_key_missing`", body = ErrorBody),
     ),
 )]
 pub(crate) async fn rotate_secret(
     _: AdminAuth,
     State(state): State<AppState>,
-    ApiPath(endpoint_id): ApiPath<String>,
+    ApiPath(EndpointPath { endpoint_id }): ApiPath<EndpointPath>,
     ApiJson(body): ApiJson<RotateSecretRequest>,
 ) -> ApiResult {
     let overlap = body.overlap_seconds.unwrap_or(OVERLAP_DEFAULT_S);
@@ -198,17 +200,17 @@ pub(crate) async fn rotate_secret(
 /// last error and next attempt.
 #[utoipa::path(
     get, path = "/v1/webhooks/{endpoint_id}/deliveries", tag = "webhooks",
-    params(("endpoint_id" = String, Path), PageParams),
+    params(EndpointPath, PageParams),
     responses(
         (status = 200, description = "One page of deliveries", body = PageBody<DeliveryBody>),
-        (status = 400, description = "`invalid_limit`, `invalid_cursor` or `invalid_query`", body = ErrorBody),
-        (status = 404, description = "`endpoint_not_found`", body = ErrorBody),
+        PageRefused,
+        EndpointNotFound,
     ),
 )]
 pub(crate) async fn list_deliveries(
     _: AdminAuth,
     State(state): State<AppState>,
-    ApiPath(endpoint_id): ApiPath<String>,
+    ApiPath(EndpointPath { endpoint_id }): ApiPath<EndpointPath>,
     query: QueryParams,
 ) -> ApiResult {
     let query = query.only(&["cursor", "limit"])?;
@@ -221,7 +223,7 @@ pub(crate) async fn list_deliveries(
 /// with the same event id for the receiver's dedupe.
 #[utoipa::path(
     post, path = "/v1/webhooks/{endpoint_id}/deliveries/{delivery_id}/redeliver", tag = "webhooks",
-    params(("endpoint_id" = String, Path), ("delivery_id" = String, Path)),
+    params(DeliveryPath),
     responses(
         (status = 202, description = "The delivery, due now", body = DeliveryBody),
         (status = 404, description = "`delivery_not_found`", body = ErrorBody),
@@ -230,7 +232,7 @@ pub(crate) async fn list_deliveries(
 pub(crate) async fn redeliver(
     _: AdminAuth,
     State(state): State<AppState>,
-    ApiPath((endpoint_id, delivery_id)): ApiPath<(String, String)>,
+    ApiPath(DeliveryPath { endpoint_id, delivery_id }): ApiPath<DeliveryPath>,
 ) -> ApiResult {
     let delivery = state.store().redeliver(&endpoint_id, &delivery_id, state.now()).await?;
     json(StatusCode::ACCEPTED, DeliveryBody::from(&delivery))
