@@ -122,98 +122,61 @@ pub enum Error {
 impl Error {
     /// The stable code of this error.
     pub fn code(&self) -> &'static str {
-        match self {
-            Error::InvalidUnits => "invalid_units",
-            Error::InvalidTtl => "invalid_ttl",
-            Error::UnitsOutOfRange { .. } => "units_out_of_range",
-            Error::InvalidId { .. } => "invalid_id",
-            Error::InvalidLabel => "invalid_label",
-            Error::NoSourceLeases => "no_source_leases",
-            Error::DuplicateSourceLease { .. } => "duplicate_source_lease",
-            Error::AccountNotFound => "account_not_found",
-            Error::LeaseNotFound => "lease_not_found",
-            Error::CredentialNotFound => "credential_not_found",
-            Error::AccountExists => "account_exists",
-            Error::CreditConflict { .. } => "credit_conflict",
-            Error::InsufficientBalance { .. } => "insufficient_balance",
-            Error::CapabilityMismatch => "capability_mismatch",
-            Error::LeaseNotActive { .. } => "lease_not_active",
-            Error::LeaseExpired => "lease_expired",
-            Error::MixedAccounts => "mixed_accounts",
-            Error::ExpiryOutOfRange => "expiry_out_of_range",
-            Error::CounterOverflow { .. } => "counter_overflow",
-            Error::InvalidIdempotencyKey => "invalid_idempotency_key",
-            Error::IdempotencyKeyReused => "idempotency_key_reused",
-            Error::InvalidLimit { .. } => "invalid_limit",
-            Error::InvalidCursor => "invalid_cursor",
-            Error::InvalidAfter => "invalid_after",
-            Error::InvalidTimestamp { .. } => "invalid_timestamp",
-            Error::InvalidRange => "invalid_range",
-            Error::InvalidWindow => "invalid_window",
-            Error::InvalidGroupBy => "invalid_group_by",
-            Error::InvalidState => "invalid_state",
-            Error::TooManyBuckets { .. } => "too_many_buckets",
-            Error::ReclaimGraceMismatch { .. } => "reclaim_grace_mismatch",
-            Error::InvalidCondition => "invalid_condition",
-            Error::InvalidEventTypes => "invalid_event_types",
-            Error::InvalidWebhookUrl => "invalid_webhook_url",
-            Error::InvalidOverlap { .. } => "invalid_overlap",
-            Error::RuleNotFound => "rule_not_found",
-            Error::EndpointNotFound => "endpoint_not_found",
-            Error::DeliveryNotFound => "delivery_not_found",
-            Error::TooManyRules { .. } => "too_many_rules",
-            Error::TooManyEndpoints { .. } => "too_many_endpoints",
-            Error::WebhookKeyMissing => "webhook_key_missing",
-            Error::StorageUnavailable(_) => "storage_unavailable",
-            Error::StorageCorrupt(_) => "storage_corrupt",
-        }
+        self.class().0
     }
 
     pub fn kind(&self) -> ErrorKind {
+        self.class().1
+    }
+
+    /// Each error's stable code beside its kind: one table, so that a new
+    /// error states both where it is added.
+    fn class(&self) -> (&'static str, ErrorKind) {
+        use ErrorKind::{Conflict, Corrupt, Input, NotFound, Unavailable};
         match self {
-            Error::InvalidUnits
-            | Error::InvalidTtl
-            | Error::UnitsOutOfRange { .. }
-            | Error::InvalidId { .. }
-            | Error::InvalidLabel
-            | Error::NoSourceLeases
-            | Error::DuplicateSourceLease { .. }
-            | Error::InvalidIdempotencyKey
-            | Error::InvalidLimit { .. }
-            | Error::InvalidCursor
-            | Error::InvalidAfter
-            | Error::InvalidTimestamp { .. }
-            | Error::InvalidRange
-            | Error::InvalidWindow
-            | Error::InvalidGroupBy
-            | Error::InvalidState
-            | Error::TooManyBuckets { .. }
-            | Error::InvalidCondition
-            | Error::InvalidEventTypes
-            | Error::InvalidWebhookUrl
-            | Error::InvalidOverlap { .. } => ErrorKind::Input,
-            Error::AccountNotFound
-            | Error::LeaseNotFound
-            | Error::CredentialNotFound
-            | Error::RuleNotFound
-            | Error::EndpointNotFound
-            | Error::DeliveryNotFound => ErrorKind::NotFound,
-            Error::AccountExists
-            | Error::CreditConflict { .. }
-            | Error::InsufficientBalance { .. }
-            | Error::CapabilityMismatch
-            | Error::LeaseNotActive { .. }
-            | Error::LeaseExpired
-            | Error::MixedAccounts
-            | Error::ExpiryOutOfRange
-            | Error::CounterOverflow { .. }
-            | Error::IdempotencyKeyReused
-            | Error::ReclaimGraceMismatch { .. }
-            | Error::TooManyRules { .. }
-            | Error::TooManyEndpoints { .. }
-            | Error::WebhookKeyMissing => ErrorKind::Conflict,
-            Error::StorageUnavailable(_) => ErrorKind::Unavailable,
-            Error::StorageCorrupt(_) => ErrorKind::Corrupt,
+            Error::InvalidUnits => ("invalid_units", Input),
+            Error::InvalidTtl => ("invalid_ttl", Input),
+            Error::UnitsOutOfRange { .. } => ("units_out_of_range", Input),
+            Error::InvalidId { .. } => ("invalid_id", Input),
+            Error::InvalidLabel => ("invalid_label", Input),
+            Error::NoSourceLeases => ("no_source_leases", Input),
+            Error::DuplicateSourceLease { .. } => ("duplicate_source_lease", Input),
+            Error::AccountNotFound => ("account_not_found", NotFound),
+            Error::LeaseNotFound => ("lease_not_found", NotFound),
+            Error::CredentialNotFound => ("credential_not_found", NotFound),
+            Error::AccountExists => ("account_exists", Conflict),
+            Error::CreditConflict { .. } => ("credit_conflict", Conflict),
+            Error::InsufficientBalance { .. } => ("insufficient_balance", Conflict),
+            Error::CapabilityMismatch => ("capability_mismatch", Conflict),
+            Error::LeaseNotActive { .. } => ("lease_not_active", Conflict),
+            Error::LeaseExpired => ("lease_expired", Conflict),
+            Error::MixedAccounts => ("mixed_accounts", Conflict),
+            Error::ExpiryOutOfRange => ("expiry_out_of_range", Conflict),
+            Error::CounterOverflow { .. } => ("counter_overflow", Conflict),
+            Error::InvalidIdempotencyKey => ("invalid_idempotency_key", Input),
+            Error::IdempotencyKeyReused => ("idempotency_key_reused", Conflict),
+            Error::InvalidLimit { .. } => ("invalid_limit", Input),
+            Error::InvalidCursor => ("invalid_cursor", Input),
+            Error::InvalidAfter => ("invalid_after", Input),
+            Error::InvalidTimestamp { .. } => ("invalid_timestamp", Input),
+            Error::InvalidRange => ("invalid_range", Input),
+            Error::InvalidWindow => ("invalid_window", Input),
+            Error::InvalidGroupBy => ("invalid_group_by", Input),
+            Error::InvalidState => ("invalid_state", Input),
+            Error::TooManyBuckets { .. } => ("too_many_buckets", Input),
+            Error::ReclaimGraceMismatch { .. } => ("reclaim_grace_mismatch", Conflict),
+            Error::InvalidCondition => ("invalid_condition", Input),
+            Error::InvalidEventTypes => ("invalid_event_types", Input),
+            Error::InvalidWebhookUrl => ("invalid_webhook_url", Input),
+            Error::InvalidOverlap { .. } => ("invalid_overlap", Input),
+            Error::RuleNotFound => ("rule_not_found", NotFound),
+            Error::EndpointNotFound => ("endpoint_not_found", NotFound),
+            Error::DeliveryNotFound => ("delivery_not_found", NotFound),
+            Error::TooManyRules { .. } => ("too_many_rules", Conflict),
+            Error::TooManyEndpoints { .. } => ("too_many_endpoints", Conflict),
+            Error::WebhookKeyMissing => ("webhook_key_missing", Conflict),
+            Error::StorageUnavailable(_) => ("storage_unavailable", Unavailable),
+            Error::StorageCorrupt(_) => ("storage_corrupt", Corrupt),
         }
     }
 

@@ -326,6 +326,21 @@ mod tests {
         Timestamp::from_nanosecond(ns).unwrap()
     }
 
+    /// Lease `l` of account `a`: one unit granted, none used, fenced by
+    /// `fencing_token`, active until `at(100)`.
+    fn active_lease(fencing_token: u64) -> Lease {
+        Lease {
+            lease_id: "l".into(),
+            account_id: "a".into(),
+            fencing_token,
+            granted: 1,
+            used: 0,
+            state: LeaseState::Active,
+            expiry: at(100),
+            expiry_is_upper_bound: false,
+        }
+    }
+
     fn snapshot() -> UsageSnapshot {
         let mut view = UsageSnapshot::default();
         view.accounts.insert("a".into(), Account::new("a".into()));
@@ -411,16 +426,7 @@ mod tests {
     #[test]
     fn refusal_names_the_counter() {
         let mut view = snapshot();
-        let lease = Lease {
-            lease_id: "l".into(),
-            account_id: "a".into(),
-            fencing_token: 1,
-            granted: 1,
-            used: 0,
-            state: LeaseState::Active,
-            expiry: at(100),
-            expiry_is_upper_bound: false,
-        };
+        let lease = active_lease(1);
         view.leases.insert("l".into(), lease);
         let max = UnitDomain::I64.max();
         let run = |view: &UsageSnapshot, batch: &[UsageEvent]| classify(batch, at(0), &policy(), UnitDomain::I64, view);
@@ -488,16 +494,7 @@ mod tests {
     #[test]
     fn lease_checks_run_in_order() {
         let mut view = snapshot();
-        let lease = Lease {
-            lease_id: "l".into(),
-            account_id: "a".into(),
-            fencing_token: 7,
-            granted: 1,
-            used: 0,
-            state: LeaseState::Active,
-            expiry: at(100),
-            expiry_is_upper_bound: false,
-        };
+        let lease = active_lease(7);
         let mut foreign = lease.clone();
         foreign.lease_id = "f".into();
         foreign.account_id = "b".into();
