@@ -2,13 +2,13 @@
 //! lease, and the fleet's lease summary.
 
 use jiff::Timestamp;
-use sqlx::FromRow;
+use sqlx::{FromRow, PgConnection};
 use tollgate_core::journal::EntryKind;
 use tollgate_core::{Account, Change, EntryIds, Error, InstantPair, Lease, validate_id};
 use tollgate_store::{AccountView, CreditReceipt, LeaseSummary};
 
 use super::errors::{corrupt, db_i64, db_i64_delta, storable, storage_error};
-use super::load::{finish, lock_account};
+use super::load::{lock_account, one_row};
 use super::rows::{AccountRow, LeaseRow, counters};
 use super::sql::{
     ACCOUNT_VIEW_SQL, CREATE_ACCOUNT_SQL, CREDIT_RECORDED_SQL, CREDIT_SQL, LEASE_SUMMARY_SQL, READ_ACCOUNT_SQL,
@@ -45,9 +45,8 @@ impl Engine {
     ) -> Result<CreditReceipt, Error> {
         validate_id("account_id", account_id)?;
         validate_id("credit_id", credit_id)?;
-        let mut tx = self.begin().await?;
-        let result: Result<CreditReceipt, Error> = async {
-            let mut account = lock_account(&mut tx, account_id).await?;
+        self.transaction(async |tx: &mut PgConnection| -> Result<CreditReceipt, Error> {
+            let mut account = lock_account(tx, account_id).await?;
             let before = account.clone();
             let (existing_units, active): (Option<i64>, i64) = sqlx::query_as(CREDIT_RECORDED_SQL)
                 .bind(account_id)
@@ -81,9 +80,8 @@ impl Engine {
                 .await
                 .map_err(storage_error)?;
             Ok(CreditReceipt { account: view_of(account, active_leases), created: true })
-        }
-        .await;
-        finish(tx, result).await
+        })
+        .await
     }
 
     pub(super) async fn view(&self, account_id: &str) -> Result<AccountView, Error> {
@@ -96,12 +94,8 @@ impl Engine {
             account: AccountRow,
             active_leases: i64,
         }
-        let row: Option<Row> = sqlx::query_as(ACCOUNT_VIEW_SQL)
-            .bind(account_id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(storage_error)?;
-        let row = row.ok_or(Error::AccountNotFound)?;
+        let row: Row =
+            one_row(sqlx::query_as(ACCOUNT_VIEW_SQL).bind(account_id), &self.pool, Error::AccountNotFound).await?;
         Ok(view_of(row.account.decode()?, row.active_leases.unsigned_abs()))
     }
 
@@ -122,13 +116,9 @@ impl Engine {
         if !storable(account_id) || !storable(lease_id) {
             return Err(Error::LeaseNotFound);
         }
-        let row: Option<LeaseRow> = sqlx::query_as(READ_LEASE_SQL)
-            .bind(account_id)
-            .bind(lease_id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(storage_error)?;
-        Ok(row.ok_or(Error::LeaseNotFound)?.decode()?.lease)
+        let query = sqlx::query_as(READ_LEASE_SQL).bind(account_id).bind(lease_id);
+        let row: LeaseRow = one_row(query, &self.pool, Error::LeaseNotFound).await?;
+        Ok(row.decode()?.lease)
     }
 
     /// The fleet's leases (`Store::lease_summary`) due at `cutoff`, the

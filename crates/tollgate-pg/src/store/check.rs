@@ -12,7 +12,6 @@ use tollgate_store::{CheckReport, GuardViolation, LegacyBoundCount, UsageTotalsM
 use super::Engine;
 use super::errors::{corrupt, negative_counter, storage_error};
 use super::journal::journal_mismatches;
-use super::load::finish;
 use super::rows::AccountRow;
 use super::sql::{CHECK_ACCOUNTS_SQL, CHECK_LEASES_SQL, CHECK_SNAPSHOT_SQL, CHECK_USAGE_HOURLY_SQL, LEGACY_BOUNDS_SQL};
 use super::usage_queries::decimal;
@@ -27,23 +26,21 @@ pub(super) const USAGE_TOTALS_MISMATCHES_MAX: usize = 1_000;
 
 impl Engine {
     pub(super) async fn check_all(&self) -> Result<CheckReport, Error> {
-        // One snapshot for the whole report, read in bounded pages of accounts.
-        let mut tx = self.begin().await?;
-        let result: Result<CheckReport, Error> = async {
+        // One snapshot for the whole report, read in bounded pages of accounts;
+        // read only: committing it commits nothing, it only ends the snapshot.
+        self.transaction(async |tx: &mut PgConnection| -> Result<CheckReport, Error> {
             sqlx::query(CHECK_SNAPSHOT_SQL).execute(&mut *tx).await.map_err(storage_error)?;
             // The guard inspection (`inspect.rs`), in the same snapshot.
-            let guard_violations = inspect::inspect_guards_in(&mut tx).await.map_err(storage_error)?;
+            let guard_violations = inspect::inspect_guards_in(&mut *tx).await.map_err(storage_error)?;
             let mut report = CheckReport { guard_violations, ..CheckReport::default() };
             let mut after = String::new();
-            while let Some(last) = check_page(&mut tx, &after, &mut report).await? {
+            while let Some(last) = check_page(tx, &after, &mut report).await? {
                 after = last;
             }
-            report.legacy_bounds = legacy_bounds(&mut tx).await?;
+            report.legacy_bounds = legacy_bounds(tx).await?;
             Ok(report)
-        }
-        .await;
-        // Read only: finishing commits nothing, it only ends the snapshot.
-        finish(tx, result).await
+        })
+        .await
     }
 }
 

@@ -8,7 +8,7 @@ use tollgate_store::{Idempotency, IssuedCredential, Request, Verification, new_c
 
 use super::Engine;
 use super::errors::{storable, storage_error};
-use super::load::finish;
+use super::load::one_row;
 use super::rows::CredentialRow;
 use super::sql::{
     CREDENTIAL_BY_KEY_SQL, INSERT_CREDENTIAL_SQL, LEGACY_KEY_ACCOUNT_SQL, LOCK_CREDENTIAL_SQL, READ_CREDENTIAL_SQL,
@@ -48,13 +48,9 @@ pub(super) async fn revoke_locked(
     credential_id: &str,
     now: Timestamp,
 ) -> Result<Credential, Error> {
-    let row: Option<CredentialRow> = sqlx::query_as(LOCK_CREDENTIAL_SQL)
-        .bind(account_id)
-        .bind(credential_id)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(storage_error)?;
-    let mut credential = row.ok_or(Error::CredentialNotFound)?.decode()?.credential;
+    let query = sqlx::query_as(LOCK_CREDENTIAL_SQL).bind(account_id).bind(credential_id);
+    let row: CredentialRow = one_row(query, &mut *conn, Error::CredentialNotFound).await?;
+    let mut credential = row.decode()?.credential;
     credential.revoke(now);
     let revoked = credential.revoked_at.map(InstantPair::encode);
     sqlx::query(REVOKE_CREDENTIAL_SQL)
@@ -140,21 +136,15 @@ impl Engine {
             let request = Request::RevokeCredential { account_id, credential_id };
             return self.keyed(idempotency, request, now, operation).await;
         }
-        let mut tx = self.begin().await?;
-        let result = operation(&mut tx).await;
-        finish(tx, result).await
+        self.transaction(operation).await
     }
 
     pub(super) async fn read_credential(&self, account_id: &str, credential_id: &str) -> Result<Credential, Error> {
         if !storable(account_id) || !storable(credential_id) {
             return Err(Error::CredentialNotFound);
         }
-        let row: Option<CredentialRow> = sqlx::query_as(READ_CREDENTIAL_SQL)
-            .bind(account_id)
-            .bind(credential_id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(storage_error)?;
-        Ok(row.ok_or(Error::CredentialNotFound)?.decode()?.credential)
+        let query = sqlx::query_as(READ_CREDENTIAL_SQL).bind(account_id).bind(credential_id);
+        let row: CredentialRow = one_row(query, &self.pool, Error::CredentialNotFound).await?;
+        Ok(row.decode()?.credential)
     }
 }

@@ -20,7 +20,6 @@ use tollgate_store::{Claim, IDEMPOTENCY_PURGE_BATCH_MAX, Idempotency, Replayable
 
 use super::Engine;
 use super::errors::{storable, storage_error};
-use super::load::finish;
 use super::sql::{CLAIM_KEY_SQL, PURGE_KEYS_SQL, RECORD_KEY_SQL, RECORDED_KEY_SQL};
 
 #[derive(FromRow)]
@@ -42,9 +41,8 @@ impl Engine {
     ) -> Result<T, Error> {
         let account_id = Self::account_of(&request)?.to_owned();
         let claim = Claim::new(idempotency, &request, now);
-        let mut tx = self.begin().await?;
-        let result = async {
-            if !claim_key(&mut tx, &account_id, &claim, now).await? {
+        self.transaction(async |tx: &mut PgConnection| {
+            if !claim_key(tx, &account_id, &claim, now).await? {
                 let row: RecordedRow = sqlx::query_as(RECORDED_KEY_SQL)
                     .bind(&account_id)
                     .bind(claim.lookup_id.as_slice())
@@ -53,7 +51,7 @@ impl Engine {
                     .map_err(storage_error)?;
                 return claim.replay(&row.fingerprint, &row.sealed_answer);
             }
-            let answer = operation(&mut tx).await?;
+            let answer = operation(tx).await?;
             sqlx::query(RECORD_KEY_SQL)
                 .bind(&account_id)
                 .bind(claim.lookup_id.as_slice())
@@ -62,9 +60,8 @@ impl Engine {
                 .await
                 .map_err(storage_error)?;
             Ok(answer)
-        }
-        .await;
-        finish(tx, result).await
+        })
+        .await
     }
 
     /// The account the request names, which the record is stored under: a

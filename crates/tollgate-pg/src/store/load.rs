@@ -3,7 +3,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use sqlx::PgConnection;
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::query::QueryAs;
+use sqlx::{Executor, FromRow, PgConnection, Postgres};
 use tollgate_core::{Account, Error, Lease};
 
 use super::errors::{storable, storage_error};
@@ -22,9 +24,21 @@ pub(super) async fn load_account(
     if !storable(account_id) {
         return Err(Error::AccountNotFound);
     }
-    let row: Option<AccountRow> =
-        sqlx::query_as(sql).bind(account_id).fetch_optional(&mut *conn).await.map_err(storage_error)?;
-    row.ok_or(Error::AccountNotFound)?.decode()
+    let row: AccountRow = one_row(sqlx::query_as(sql).bind(account_id), conn, Error::AccountNotFound).await?;
+    row.decode()
+}
+
+/// The row `query` finds, or `missing` when it finds none: a read by key,
+/// where no row means the thing named does not exist.
+pub(super) async fn one_row<'c, R>(
+    query: QueryAs<'_, Postgres, R, PgArguments>,
+    conn: impl Executor<'c, Database = Postgres>,
+    missing: Error,
+) -> Result<R, Error>
+where
+    R: Send + Unpin + for<'r> FromRow<'r, PgRow>,
+{
+    query.fetch_optional(conn).await.map_err(storage_error)?.ok_or(missing)
 }
 
 /// Locks one account.
@@ -41,9 +55,8 @@ pub(super) async fn load_held(
     account_id: &str,
     lease_id: &str,
 ) -> Result<(Account, LeaseRecord), Error> {
-    let row: Option<HeldLeaseRow> =
-        sqlx::query_as(sql).bind(account_id).bind(lease_id).fetch_optional(&mut *conn).await.map_err(storage_error)?;
-    let row = row.ok_or(Error::LeaseNotFound)?;
+    let query = sqlx::query_as(sql).bind(account_id).bind(lease_id);
+    let row: HeldLeaseRow = one_row(query, conn, Error::LeaseNotFound).await?;
     Ok((row.account.decode()?, row.lease.decode()?))
 }
 
@@ -87,13 +100,7 @@ pub(super) async fn lock_leases(
     lease_ids: &[String],
     account_ids: &[String],
 ) -> Result<HashMap<String, LeaseRecord>, Error> {
-    let rows: Vec<LeaseRow> = sqlx::query_as(LOCK_LEASES_SQL)
-        .bind(lease_ids)
-        .bind(account_ids)
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(storage_error)?;
-    rows.into_iter().map(|row| row.decode().map(|record| (record.lease.lease_id.clone(), record))).collect()
+    lock_by_lease_id(conn, sqlx::query_as(LOCK_LEASES_SQL).bind(lease_ids).bind(account_ids)).await
 }
 
 /// Locks, in `lease_id` order, the leases among `lease_ids` of `account_id`,
@@ -105,12 +112,16 @@ pub(super) async fn lock_account_leases(
     account_id: &str,
     lease_ids: &[String],
 ) -> Result<HashMap<String, LeaseRecord>, Error> {
-    let rows: Vec<LeaseRow> = sqlx::query_as(LOCK_ACCOUNT_LEASES_SQL)
-        .bind(account_id)
-        .bind(lease_ids)
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(storage_error)?;
+    lock_by_lease_id(conn, sqlx::query_as(LOCK_ACCOUNT_LEASES_SQL).bind(account_id).bind(lease_ids)).await
+}
+
+/// Runs `query`, a locking read of leases, and keys what it locked by
+/// `lease_id`.
+async fn lock_by_lease_id(
+    conn: &mut PgConnection,
+    query: QueryAs<'_, Postgres, LeaseRow, PgArguments>,
+) -> Result<HashMap<String, LeaseRecord>, Error> {
+    let rows = query.fetch_all(&mut *conn).await.map_err(storage_error)?;
     rows.into_iter().map(|row| row.decode().map(|record| (record.lease.lease_id.clone(), record))).collect()
 }
 

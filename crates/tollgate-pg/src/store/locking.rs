@@ -11,8 +11,8 @@ use tollgate_core::journal::EntryKind::{Acquire, Consolidate, Reclaim, Release};
 use tollgate_core::ledger;
 use tollgate_core::{Account, Change, EntryIds, Error, InstantPair, Lease};
 use tollgate_store::{
-    Acquisition, Consolidated, Consolidation, IssuedLease, ReclaimReport, ReclaimedLease, Released, SkippedLease,
-    new_capability, new_lease_id,
+    Acquisition, Consolidated, Consolidation, IssuedLease, ReclaimReport, Released, SkippedLease, new_capability,
+    new_lease_id,
 };
 
 use super::errors::storage_error;
@@ -20,7 +20,7 @@ use super::load::{Busy, held, load_held, lock_account, lock_account_leases, lock
 use super::persist::{Changes, persist};
 use super::rows::LeaseRow;
 use super::sql::{LOCK_DUE_SQL, LOCK_HELD_LEASE_SQL};
-use super::unlocked::{read_due, skip};
+use super::unlocked::{read_due, reclaimed_lease, skip};
 use super::{DOMAIN, Engine};
 
 impl Engine {
@@ -129,11 +129,7 @@ impl Engine {
             };
             match ledger::reclaim(account, &mut lease, now, &self.policy, DOMAIN) {
                 Ok(Some(settlement)) => {
-                    reclaimed.push(ReclaimedLease {
-                        lease_id: lease.lease_id.clone(),
-                        account_id: lease.account_id.clone(),
-                        settlement,
-                    });
+                    reclaimed.push(reclaimed_lease(&lease, settlement));
                     changes.leases.push(lease);
                 }
                 Ok(None) => {}

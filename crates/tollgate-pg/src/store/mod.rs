@@ -195,6 +195,33 @@ impl Engine {
     async fn begin(&self) -> Result<Tx, Error> {
         Tx::begin(&self.pool).await.map_err(storage_error)
     }
+
+    /// Runs `operation` in a transaction of its own, committed if it
+    /// succeeds and rolled back at once if it fails (`finish`).
+    async fn transaction<T>(
+        &self,
+        operation: impl AsyncFnOnce(&mut PgConnection) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let mut tx = self.begin().await?;
+        let result = operation(&mut tx).await;
+        finish(tx, result).await
+    }
+
+    /// An operation that tries the unlocked path first: the `unlocked`
+    /// attempt's answer, or, when it gave way, the counted fallback to the
+    /// `locked` operation in a transaction of its own.
+    async fn unlocked_first<T>(
+        &self,
+        which: UnlockedOperation,
+        unlocked: impl Future<Output = Result<Attempt<T>, Error>>,
+        locked: impl AsyncFnOnce(&mut PgConnection) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        if let Attempt::Done(done) = unlocked.await? {
+            return Ok(done);
+        }
+        self.guesses.count_fallback(which);
+        self.transaction(locked).await
+    }
 }
 
 #[async_trait]
@@ -242,17 +269,13 @@ impl Store for Engine {
         request: Acquisition<'_>,
         now: Timestamp,
     ) -> Result<IssuedLease, Error> {
-        if let Some(idempotency) = idempotency {
-            let operation = async |conn: &mut PgConnection| self.acquire_locked(conn, request, now).await;
-            return self.keyed(idempotency, Request::Acquire(request), now, operation).await;
+        let operation = async |conn: &mut PgConnection| self.acquire_locked(conn, request, now).await;
+        match idempotency {
+            Some(idempotency) => self.keyed(idempotency, Request::Acquire(request), now, operation).await,
+            None => {
+                self.unlocked_first(UnlockedOperation::Acquire, self.acquire_unlocked(request, now), operation).await
+            }
         }
-        if let Attempt::Done(issued) = self.acquire_unlocked(request, now).await? {
-            return Ok(issued);
-        }
-        self.guesses.count_fallback(UnlockedOperation::Acquire);
-        let mut tx = self.begin().await?;
-        let result = self.acquire_locked(&mut tx, request, now).await;
-        finish(tx, result).await
     }
 
     async fn release_idempotent(
@@ -265,16 +288,12 @@ impl Store for Engine {
             return Err(Error::LeaseNotFound);
         }
         let operation = async |conn: &mut PgConnection| self.release_locked(conn, request, now).await;
-        if let Some(idempotency) = idempotency {
-            return self.keyed(idempotency, Request::Release(request), now, operation).await;
+        match idempotency {
+            Some(idempotency) => self.keyed(idempotency, Request::Release(request), now, operation).await,
+            None => {
+                self.unlocked_first(UnlockedOperation::Release, self.release_unlocked(request, now), operation).await
+            }
         }
-        if let Attempt::Done(released) = self.release_unlocked(request, now).await? {
-            return Ok(released);
-        }
-        self.guesses.count_fallback(UnlockedOperation::Release);
-        let mut tx = self.begin().await?;
-        let result = operation(&mut tx).await;
-        finish(tx, result).await
     }
 
     async fn consolidate_idempotent(
@@ -284,12 +303,10 @@ impl Store for Engine {
         now: Timestamp,
     ) -> Result<Consolidated, Error> {
         let operation = async |conn: &mut PgConnection| self.consolidate_locked(conn, request, now).await;
-        if let Some(idempotency) = idempotency {
-            return self.keyed(idempotency, Request::Consolidate(request), now, operation).await;
+        match idempotency {
+            Some(idempotency) => self.keyed(idempotency, Request::Consolidate(request), now, operation).await,
+            None => self.transaction(operation).await,
         }
-        let mut tx = self.begin().await?;
-        let result = operation(&mut tx).await;
-        finish(tx, result).await
     }
 
     async fn reclaim(&self, now: Timestamp, limit: u32) -> Result<ReclaimReport, Error> {

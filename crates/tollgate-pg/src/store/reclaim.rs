@@ -21,9 +21,8 @@ use tollgate_store::{ReclaimReport, ReclaimedLease, UnlockedOperation};
 
 use super::Engine;
 use super::errors::{corrupt, out_of_range, storage_error};
-use super::load::finish;
 use super::sql::RECLAIM_DUE_SQL;
-use super::unlocked::{Attempt, DUE_HEADS_FIRST, journal_at, must_widen};
+use super::unlocked::{DUE_HEADS_FIRST, journal_at, must_widen};
 
 /// A row of `RECLAIM_DUE_SQL`: an account's settled leases (or none), with
 /// what the statement considered, read and decided.
@@ -66,15 +65,9 @@ impl Engine {
         let (mut reclaimed, left) = self.reclaim_in_statements(&mut conn, now, cutoff, limit).await?;
         let mut skipped = Vec::new();
         if left > 0 {
-            let rest = match self.reclaim_unlocked(&mut conn, now, cutoff, left).await? {
-                Attempt::Done(report) => report,
-                Attempt::Conflict => {
-                    self.guesses.count_fallback(UnlockedOperation::Reclaim);
-                    let mut tx = self.begin().await?;
-                    let result = self.reclaim_locking(&mut tx, now, cutoff, left).await;
-                    finish(tx, result).await?
-                }
-            };
+            let unlocked = self.reclaim_unlocked(&mut conn, now, cutoff, left);
+            let locked = async |tx: &mut PgConnection| self.reclaim_locking(tx, now, cutoff, left).await;
+            let rest = self.unlocked_first(UnlockedOperation::Reclaim, unlocked, locked).await?;
             reclaimed.extend(rest.reclaimed);
             skipped = rest.skipped;
         }

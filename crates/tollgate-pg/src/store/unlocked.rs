@@ -58,7 +58,7 @@ use jiff::Timestamp;
 use sqlx::PgConnection;
 use tollgate_core::journal::EntryKind;
 use tollgate_core::ledger::{self, LeaseState};
-use tollgate_core::{Account, COUNTERS, Change, EntryIds, Error, InstantPair, Lease};
+use tollgate_core::{Account, COUNTERS, Change, EntryIds, Error, InstantPair, Lease, Settlement};
 use tollgate_store::{
     Acquisition, IssuedLease, ReclaimReport, ReclaimedLease, Release, Released, SkippedLease, UnlockedOperation,
     reclaim_read_max,
@@ -335,11 +335,7 @@ impl Engine {
             let mut lease = before_lease.clone();
             match ledger::reclaim(account, &mut lease, now, &self.policy, DOMAIN) {
                 Ok(Some(settlement)) => {
-                    reclaimed.push(ReclaimedLease {
-                        lease_id: lease.lease_id.clone(),
-                        account_id: lease.account_id.clone(),
-                        settlement,
-                    });
+                    reclaimed.push(reclaimed_lease(&lease, settlement));
                     settling.push(Settling {
                         state: lease.state,
                         difference: difference(&before, account)?,
@@ -435,6 +431,11 @@ async fn read_due_rows(
 pub(super) struct Due {
     pub(super) leases: Vec<Lease>,
     pub(super) accounts: BTreeMap<String, Account>,
+}
+
+/// A lease the pass settled, as its report names it.
+pub(super) fn reclaimed_lease(lease: &Lease, settlement: Settlement) -> ReclaimedLease {
+    ReclaimedLease { lease_id: lease.lease_id.clone(), account_id: lease.account_id.clone(), settlement }
 }
 
 pub(super) fn skip(lease_id: &str, account_id: &str, error: &Error) -> SkippedLease {

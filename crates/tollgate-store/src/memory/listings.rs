@@ -22,6 +22,16 @@ fn account_range(account_id: &str, after: Option<&str>) -> KeyRange {
     }
 }
 
+/// The rows of one page of `account_id`'s, from `rows`: an index read from
+/// `account_range`, each id with its row (none for an id whose row is gone).
+fn account_rows<'a, T>(
+    account_id: &str,
+    listing: &Listing,
+    rows: impl Iterator<Item = (&'a String, Option<T>)>,
+) -> Vec<T> {
+    rows.take_while(|(account, _)| *account == account_id).filter_map(|(_, row)| row).take(listing.fetch()).collect()
+}
+
 fn account_key(view: &AccountView) -> &str {
     view.account.account_id.as_str()
 }
@@ -76,29 +86,20 @@ impl State {
     pub(super) fn credentials_page(&self, account_id: &str, page: &PageRequest) -> Result<Page<Credential>, Error> {
         let listing = Listing::credentials(account_id, page)?;
         self.account(account_id)?;
-        let range = account_range(account_id, listing.after());
-        let rows = self
-            .credentials_by_account
-            .range(range)
-            .take_while(|(account, _)| account == account_id)
-            .filter_map(|(_, credential_id)| self.credentials.get(credential_id))
-            .map(|record| record.credential.clone())
-            .take(listing.fetch())
-            .collect();
-        Ok(listing.page(rows, |credential| credential.credential_id.as_str()))
+        let index = self.credentials_by_account.range(account_range(account_id, listing.after()));
+        let rows = index.map(|(account, credential_id)| {
+            (account, self.credentials.get(credential_id).map(|record| record.credential.clone()))
+        });
+        Ok(listing.page(account_rows(account_id, &listing, rows), |credential| credential.credential_id.as_str()))
     }
 
     pub(super) fn credits_page(&self, account_id: &str, page: &PageRequest) -> Result<Page<CreditEntry>, Error> {
         let listing = Listing::credits(account_id, page)?;
         self.account(account_id)?;
-        let range = account_range(account_id, listing.after());
-        let rows = self
-            .credits
-            .range(range)
-            .take_while(|((account, _), _)| account == account_id)
-            .map(|((_, credit_id), units)| CreditEntry { credit_id: credit_id.clone(), units: *units })
-            .take(listing.fetch())
-            .collect();
-        Ok(listing.page(rows, |credit| credit.credit_id.as_str()))
+        let index = self.credits.range(account_range(account_id, listing.after()));
+        let rows = index.map(|((account, credit_id), units)| {
+            (account, Some(CreditEntry { credit_id: credit_id.clone(), units: *units }))
+        });
+        Ok(listing.page(account_rows(account_id, &listing, rows), |credit| credit.credit_id.as_str()))
     }
 }

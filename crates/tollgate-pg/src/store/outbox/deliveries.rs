@@ -10,6 +10,7 @@ use tollgate_store::{
 use super::rows::{ClaimRow, DeliveryRow, bound, nonnegative};
 use crate::store::Engine;
 use crate::store::errors::{corrupt, storable, storage_error};
+use crate::store::load::one_row;
 use crate::store::sql::{
     CLAIM_DELIVERIES_SQL, FINISH_DELIVERY_SQL, LIST_DELIVERIES_SQL, OUTBOX_COUNTS_SQL, READ_ENDPOINT_SQL, REDELIVER_SQL,
 };
@@ -132,15 +133,10 @@ impl Engine {
             return Err(Error::DeliveryNotFound);
         }
         let due = InstantPair::encode(now);
-        let row: Option<DeliveryRow> = sqlx::query_as(REDELIVER_SQL)
-            .bind(endpoint_id)
-            .bind(delivery_id)
-            .bind(due.floor_us)
-            .bind(due.submicro_ns)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(storage_error)?;
-        row.ok_or(Error::DeliveryNotFound)?.decode()
+        let query =
+            sqlx::query_as(REDELIVER_SQL).bind(endpoint_id).bind(delivery_id).bind(due.floor_us).bind(due.submicro_ns);
+        let row: DeliveryRow = one_row(query, &self.pool, Error::DeliveryNotFound).await?;
+        row.decode()
     }
 
     pub(super) async fn counts(&self) -> Result<OutboxCounts, Error> {

@@ -28,7 +28,6 @@ use super::rows::{RuleRow, StoredRule, Wanting, nonnegative};
 use crate::store::Engine;
 use crate::store::errors::{corrupt, storage_error};
 use crate::store::journal::JournalRow;
-use crate::store::load::finish;
 use crate::store::sql::{DERIVE_PENDING_SQL, LOCK_DERIVE_RULES_SQL, TRY_DERIVE_LOCK_SQL};
 
 /// The most journal rows one pass reads: its bound, and as many again to
@@ -371,9 +370,7 @@ impl Engine {
         if limit == 0 {
             return Ok(0);
         }
-        let mut tx = self.begin().await?;
-        let result = derive_in(&mut tx, limit).await;
-        let pass = finish(tx, result).await?;
+        let pass = self.transaction(async |conn: &mut PgConnection| derive_in(conn, limit).await).await?;
         // Only a committed pass is reported.
         pass.warn_skipped();
         Ok(pass.derived)

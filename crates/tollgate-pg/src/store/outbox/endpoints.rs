@@ -2,6 +2,7 @@
 //! and rotating their secrets, which the caller sealed.
 
 use jiff::Timestamp;
+use sqlx::PgConnection;
 use tollgate_core::alerts::{ENDPOINTS_MAX, validate_endpoint};
 use tollgate_core::{Error, InstantPair};
 use tollgate_store::{NewEndpoint, SecretRotation, WebhookEndpoint, new_endpoint_id};
@@ -9,7 +10,7 @@ use tollgate_store::{NewEndpoint, SecretRotation, WebhookEndpoint, new_endpoint_
 use super::rows::{EndpointRow, bound};
 use crate::store::Engine;
 use crate::store::errors::{storable, storage_error};
-use crate::store::load::finish;
+use crate::store::load::one_row;
 use crate::store::sql::{
     DELETE_ENDPOINT_DELIVERIES_SQL, DELETE_ENDPOINT_SQL, ENDPOINTS_LOCK_SQL, INSERT_ENDPOINT_SQL, READ_ENDPOINTS_SQL,
     ROTATE_SECRET_SQL,
@@ -26,8 +27,7 @@ impl Engine {
         let endpoint_id = new_endpoint_id();
         let names: Vec<&str> = types.iter().map(|kind| kind.as_str()).collect();
         let created = InstantPair::encode(now);
-        let mut tx = self.begin().await?;
-        let result = async {
+        self.transaction(async |tx: &mut PgConnection| {
             sqlx::query(ENDPOINTS_LOCK_SQL).execute(&mut *tx).await.map_err(storage_error)?;
             let inserted: Option<String> = sqlx::query_scalar(INSERT_ENDPOINT_SQL)
                 .bind(&endpoint_id)
@@ -49,9 +49,8 @@ impl Engine {
                 rotated_at: None,
                 previous_secret_until: None,
             })
-        }
-        .await;
-        finish(tx, result).await
+        })
+        .await
     }
 
     pub(super) async fn all_endpoints(&self) -> Result<Vec<WebhookEndpoint>, Error> {
@@ -64,8 +63,7 @@ impl Engine {
         if !storable(endpoint_id) {
             return Err(Error::EndpointNotFound);
         }
-        let mut tx = self.begin().await?;
-        let result = async {
+        self.transaction(async |tx: &mut PgConnection| {
             let deleted =
                 sqlx::query(DELETE_ENDPOINT_SQL).bind(endpoint_id).execute(&mut *tx).await.map_err(storage_error)?;
             if deleted.rows_affected() == 0 {
@@ -77,9 +75,8 @@ impl Engine {
                 .await
                 .map_err(storage_error)?;
             Ok(())
-        }
-        .await;
-        finish(tx, result).await
+        })
+        .await
     }
 
     pub(super) async fn rotate_secret(
@@ -92,16 +89,14 @@ impl Engine {
             return Err(Error::EndpointNotFound);
         }
         let (until, rotated) = (InstantPair::encode(previous_until), InstantPair::encode(now));
-        let row: Option<EndpointRow> = sqlx::query_as(ROTATE_SECRET_SQL)
+        let query = sqlx::query_as(ROTATE_SECRET_SQL)
             .bind(endpoint_id)
             .bind(sealed_secret)
             .bind(until.floor_us)
             .bind(until.submicro_ns)
             .bind(rotated.floor_us)
-            .bind(rotated.submicro_ns)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(storage_error)?;
-        row.ok_or(Error::EndpointNotFound)?.decode()
+            .bind(rotated.submicro_ns);
+        let row: EndpointRow = one_row(query, &self.pool, Error::EndpointNotFound).await?;
+        row.decode()
     }
 }

@@ -10,7 +10,6 @@ use tollgate_store::new_rule_id;
 use super::outgoing::{Outgoing, RuleWrite, share_endpoints};
 use super::rows::{RuleRow, bound, nonnegative};
 use crate::store::errors::{db_i64, storable, storage_error};
-use crate::store::load::finish;
 use crate::store::rows::AccountRow;
 use crate::store::sql::{
     INSERT_RULE_SQL, LOCK_ACCOUNT_SEQ_SQL, LOCK_REFUSAL_RULES_SQL, PURGE_RETIRED_RULES_SQL, READ_RULES_SQL,
@@ -75,8 +74,7 @@ impl Engine {
         let threshold = condition.threshold().map(|units| DOMAIN.check(units)).transpose()?;
         let threshold = threshold.map(|units| db_i64(units, "threshold")).transpose()?;
         let (rule_id, created) = (new_rule_id(), InstantPair::encode(now));
-        let mut tx = self.begin().await?;
-        let result = async {
+        self.transaction(async |tx: &mut PgConnection| {
             let journal_seq: Option<i64> = sqlx::query_scalar(LOCK_ACCOUNT_SEQ_SQL)
                 .bind(account_id)
                 .fetch_optional(&mut *tx)
@@ -104,9 +102,8 @@ impl Engine {
                 from_seq: nonnegative(&format!("account {account_id}: journal_seq"), journal_seq)?,
                 refused_at_seq: None,
             })
-        }
-        .await;
-        finish(tx, result).await
+        })
+        .await
     }
 
     pub(super) async fn rules_of(&self, account_id: &str) -> Result<Vec<AlertRule>, Error> {
@@ -134,8 +131,7 @@ impl Engine {
     /// (with any other deleted rule) at once when no entry it judges is left
     /// to derive. Whether there was such a rule.
     async fn retire_rule(&self, account_id: &str, rule_id: &str) -> Result<bool, Error> {
-        let mut tx = self.begin().await?;
-        let result = async {
+        self.transaction(async |tx: &mut PgConnection| {
             let retired: Option<String> = sqlx::query_scalar(RETIRE_RULE_SQL)
                 .bind(account_id)
                 .bind(rule_id)
@@ -147,17 +143,14 @@ impl Engine {
             }
             sqlx::query(PURGE_RETIRED_RULES_SQL).bind(account_id).execute(&mut *tx).await.map_err(storage_error)?;
             Ok(true)
-        }
-        .await;
-        finish(tx, result).await
+        })
+        .await
     }
 
     pub(super) async fn refuse(&self, account_id: &str, now: Timestamp) -> Result<u32, Error> {
         if !storable(account_id) {
             return Err(Error::AccountNotFound);
         }
-        let mut tx = self.begin().await?;
-        let result = refuse_in(&mut tx, account_id, now).await;
-        finish(tx, result).await
+        self.transaction(async |conn: &mut PgConnection| refuse_in(conn, account_id, now).await).await
     }
 }
