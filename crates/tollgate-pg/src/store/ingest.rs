@@ -11,7 +11,7 @@ use tollgate_core::usage::{self, UsageSnapshot};
 use tollgate_core::{BATCH_EVENTS_MAX, Error, EventOutcome, IngestError, UsageEvent};
 
 use super::errors::{ingest_error, storage_error};
-use super::load::{Busy, lock_accounts, lock_leases, rollback, sorted_ids};
+use super::load::{Busy, finish, lock_accounts, lock_leases, sorted_ids};
 use super::persist::{Changes, persist};
 use super::rows::CredentialRow;
 use super::sql::{LOCK_CREDENTIALS_SQL, READ_CREDENTIALS_ANY_ACCOUNT_SQL, RECORDED_EVENTS_SQL};
@@ -48,16 +48,7 @@ impl Engine {
             Ok(plan.outcomes)
         }
         .await;
-        match result {
-            Ok(outcomes) => {
-                tx.commit().await.map_err(|e| ingest_error(storage_error(e)))?;
-                Ok(outcomes)
-            }
-            Err(error) => {
-                rollback(tx).await;
-                Err(error)
-            }
-        }
+        finish(tx, result, ingest_error).await
     }
 }
 

@@ -142,11 +142,12 @@ pub(super) fn sorted_ids<'a>(ids: impl IntoIterator<Item = &'a str>) -> Vec<Stri
 /// Ends an operation's transaction: commits what succeeded, and rolls back
 /// what failed at once, so its row locks are released before the error
 /// reaches the caller (a dropped transaction would release them only when its
-/// pooled connection is next used).
-pub(super) async fn finish<T>(tx: Tx, result: Result<T, Error>) -> Result<T, Error> {
+/// pooled connection is next used). A failed commit is answered as
+/// `commit_failed` makes the store's error into the operation's.
+pub(super) async fn finish<T, E>(tx: Tx, result: Result<T, E>, commit_failed: impl FnOnce(Error) -> E) -> Result<T, E> {
     match result {
         Ok(value) => {
-            tx.commit().await.map_err(storage_error)?;
+            tx.commit().await.map_err(|error| commit_failed(storage_error(error)))?;
             Ok(value)
         }
         Err(error) => {
@@ -158,6 +159,6 @@ pub(super) async fn finish<T>(tx: Tx, result: Result<T, Error>) -> Result<T, Err
 
 /// Rolls back, best effort: if even that fails, the connection is closed
 /// instead of going back to the pool, and PostgreSQL ends the transaction.
-pub(super) async fn rollback(tx: Tx) {
+async fn rollback(tx: Tx) {
     let _ = tx.rollback().await;
 }

@@ -204,7 +204,7 @@ impl Engine {
     ) -> Result<T, Error> {
         let mut tx = self.begin().await?;
         let result = operation(&mut tx).await;
-        finish(tx, result).await
+        finish(tx, result, std::convert::identity).await
     }
 
     /// An operation that tries the unlocked path first: the `unlocked`
