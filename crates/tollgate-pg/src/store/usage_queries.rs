@@ -6,13 +6,13 @@
 //! `Aggregation` turns the statement's grouped sums into the same report the
 //! memory store builds event by event.
 
+use sqlx::PgConnection;
 use tollgate_core::query::{Aggregation, ExportQuery, GroupBy, UsageQuery, UsageReport};
 use tollgate_core::{Dimensions, Error, InstantPair, Page, UsageEvent};
 
 use super::Engine;
 use super::errors::{corrupt, storable, storage_error};
 use super::sql::{CUSTOM_PLANS_SQL, USAGE_EVENTS_AFTER_SQL, USAGE_EVENTS_FIRST_SQL, USAGE_HOURS_SQL, USAGE_TOTALS_SQL};
-use super::tx::Tx;
 
 /// An event's dimensions as the JSON text its column stores; `None` (NULL)
 /// for none.
@@ -94,11 +94,11 @@ impl Engine {
             // Planned for its values (an index range or a scan of the events,
             // by how much of the table they are), in one read-only
             // transaction, so that the custom plans end with it.
-            let mut tx = Tx::begin(&self.pool).await.map_err(storage_error)?;
-            sqlx::query(CUSTOM_PLANS_SQL).execute(&mut *tx).await.map_err(storage_error)?;
-            let rows = statement.fetch_all(&mut *tx).await.map_err(storage_error)?;
-            tx.commit().await.map_err(storage_error)?;
-            rows
+            self.transaction(async |tx: &mut PgConnection| {
+                sqlx::query(CUSTOM_PLANS_SQL).execute(&mut *tx).await.map_err(storage_error)?;
+                statement.fetch_all(&mut *tx).await.map_err(storage_error)
+            })
+            .await?
         } else {
             // Whole hours only: the hourly totals alone, as the pool's
             // connections plan it, in one round trip.
