@@ -20,8 +20,8 @@ use tollgate_core::ids::validate_label;
 use tollgate_core::journal::{EntryIds, EntryKind};
 use tollgate_core::ledger::{self, LeaseState};
 use tollgate_core::{
-    Account, AlertRule, Credential, CreditEntry, Error, ExportQuery, GrantPolicy, KeyRoute, Lease, LeaseFilter, Page,
-    PageLimit, PageRequest, ReclaimPass, Secret, SecretHash, UnitDomain, UsageEvent, UsageQuery, UsageReport,
+    Account, Credential, CreditEntry, Error, ExportQuery, GrantPolicy, KeyRoute, Lease, LeaseFilter, Page, PageLimit,
+    PageRequest, ReclaimPass, Secret, SecretHash, UnitDomain, UsageEvent, UsageQuery, UsageReport,
     route_credential_key, validate_id,
 };
 
@@ -34,6 +34,7 @@ use crate::model::{
 use crate::requests::{Acquisition, Consolidation, Release};
 use crate::secrets::{new_capability, new_credential_id, new_credential_key};
 
+mod accounts;
 mod check;
 mod events;
 mod ingest;
@@ -44,9 +45,10 @@ mod outbox;
 mod reclaim;
 mod records;
 
+use accounts::{AccountNumber, Accounts};
 use events::EventLog;
-use journal::{Journals, StoredIds};
-use lease_ids::{LeaseKey, lease_id_of, lease_key, new_lease_key};
+use journal::StoredIds;
+use lease_ids::{LeaseKey, LeaseMap, lease_id_of, lease_key, new_lease_key};
 use records::IdempotencyRecords;
 
 const DOMAIN: UnitDomain = UnitDomain::U64;
@@ -57,14 +59,14 @@ pub struct MemoryStore {
 }
 
 /// Everything a `Lease` holds except its id (the map key) and its account's id
-/// (an index into `State::account_ids`).
+/// (the account's number, `accounts::AccountNumber`).
 struct LeaseRecord {
     capability: SecretHash,
     fencing_token: u64,
     granted: u64,
     used: u64,
     expiry: Timestamp,
-    account: u32,
+    account: AccountNumber,
     state: LeaseState,
     expiry_is_upper_bound: bool,
 }
@@ -80,21 +82,6 @@ impl LeaseRecord {
     }
 }
 
-/// An account's counters and its alert rules, kept together: a change
-/// journaled on the account judges the rules it finds beside the counters it
-/// changed, with no lookup of its own.
-struct AccountRecord {
-    account: Account,
-    /// Oldest first.
-    rules: Vec<AlertRule>,
-}
-
-impl AccountRecord {
-    fn new(account: Account) -> Self {
-        Self { account, rules: Vec::new() }
-    }
-}
-
 struct CredentialRecord {
     credential: Credential,
     key: SecretHash,
@@ -102,23 +89,18 @@ struct CredentialRecord {
 
 #[derive(Default)]
 struct State {
-    /// Ordered by id, which is the lock order reclaim reports in.
-    accounts: BTreeMap<String, AccountRecord>,
-    /// Every account id once, so that lease records name their account by index.
-    account_ids: Vec<String>,
-    account_index: HashMap<String, u32>,
+    accounts: Accounts,
     /// Ordered by `(account_id, credit_id)`, the credit listing's order.
     credits: BTreeMap<(String, String), u64>,
-    leases: HashMap<LeaseKey, LeaseRecord>,
-    /// Every lease by `(account index, key)`, the lease listing's order.
-    leases_by_account: BTreeSet<(u32, LeaseKey)>,
+    leases: LeaseMap<LeaseRecord>,
+    /// Every lease by `(account number, key)`, the lease listing's order.
+    leases_by_account: BTreeSet<(AccountNumber, LeaseKey)>,
     /// Active leases by `(expiry, lease_id)`, the order reclaim reads the
     /// most overdue ones in.
     active_by_expiry: BTreeSet<(Timestamp, LeaseKey)>,
-    /// Active leases by `(account index, expiry, lease_id)`: an account's due
+    /// Active leases by `(account number, expiry, lease_id)`: an account's due
     /// leases in the order a reclaim pass settles them.
-    active_by_account: BTreeSet<(u32, Timestamp, LeaseKey)>,
-    active_per_account: HashMap<String, u64>,
+    active_by_account: BTreeSet<(AccountNumber, Timestamp, LeaseKey)>,
     /// Accepted events per account, kept forever.
     events: EventLog,
     credentials: HashMap<String, CredentialRecord>,
@@ -126,7 +108,6 @@ struct State {
     /// Every credential by `(account_id, credential_id)`, the listing's order.
     credentials_by_account: BTreeSet<(String, String)>,
     idempotency: IdempotencyRecords,
-    journals: Journals,
     outbox: outbox::OutboxState,
 }
 
@@ -144,6 +125,13 @@ impl FreshLease {
         let capability = new_capability();
         Self { key: new_lease_key(), hash: capability.hash(), capability }
     }
+}
+
+/// A stored lease its holder presented, with its key and its account's number.
+struct Held {
+    key: LeaseKey,
+    account: AccountNumber,
+    lease: Lease,
 }
 
 impl MemoryStore {
@@ -187,33 +175,30 @@ impl State {
         self.accounts.get(account_id).map(|record| &record.account).ok_or(Error::AccountNotFound)
     }
 
-    /// Stores counters the core decided for an account, keeping its rules.
+    /// The account `account_id` and its number.
+    fn account_numbered(&self, account_id: &str) -> Result<(AccountNumber, &Account), Error> {
+        let number = self.accounts.number(account_id).ok_or(Error::AccountNotFound)?;
+        let record = self.accounts.at(number).ok_or(Error::AccountNotFound)?;
+        Ok((number, &record.account))
+    }
+
+    /// Stores counters the core decided for a stored account, keeping the
+    /// rest of its record.
     fn store_account(&mut self, account: Account) {
-        match self.accounts.get_mut(&account.account_id) {
-            Some(record) => record.account = account,
-            None => {
-                self.accounts.insert(account.account_id.clone(), AccountRecord::new(account));
-            }
+        if let Some(record) = self.accounts.get_mut(&account.account_id) {
+            record.account = account;
         }
     }
 
     fn view(&self, account_id: &str) -> Result<AccountView, Error> {
-        let account = self.account(account_id)?.clone();
-        let active_leases = self.active_per_account.get(account_id).copied().unwrap_or(0);
-        Ok(AccountView { account, active_leases })
-    }
-
-    fn insert_account(&mut self, account_id: &str) {
-        let index = u32::try_from(self.account_ids.len()).expect("fewer than 2^32 accounts in memory");
-        self.account_ids.push(account_id.to_owned());
-        self.account_index.insert(account_id.to_owned(), index);
-        self.accounts.insert(account_id.to_owned(), AccountRecord::new(Account::new(account_id.to_owned())));
+        let record = self.accounts.get(account_id).ok_or(Error::AccountNotFound)?;
+        Ok(AccountView { account: record.account.clone(), active_leases: record.active_leases })
     }
 
     fn lease_of(&self, key: LeaseKey, record: &LeaseRecord) -> Lease {
         Lease {
             lease_id: lease_id_of(key),
-            account_id: self.account_ids[record.account as usize].clone(),
+            account_id: self.accounts.id(record.account).to_owned(),
             fencing_token: record.fencing_token,
             granted: record.granted,
             used: record.used,
@@ -239,17 +224,17 @@ impl State {
     fn account_lease(&self, account_id: &str, lease_id: &str) -> Option<(LeaseKey, &LeaseRecord)> {
         let key = lease_key(lease_id)?;
         let record = self.leases.get(&key)?;
-        (self.account_ids[record.account as usize] == account_id).then_some((key, record))
+        (self.accounts.id(record.account) == account_id).then_some((key, record))
     }
 
     /// The active or settled lease `lease_id` of `account_id`, for the holder
     /// of the capability whose hash is `capability`.
-    fn held_lease(&self, account_id: &str, lease_id: &str, capability: &SecretHash) -> Result<Lease, Error> {
+    fn held_lease(&self, account_id: &str, lease_id: &str, capability: &SecretHash) -> Result<Held, Error> {
         let (key, record) = self.account_lease(account_id, lease_id).ok_or(Error::LeaseNotFound)?;
         if !record.capability.matches_hash(capability) {
             return Err(Error::CapabilityMismatch);
         }
-        Ok(self.lease_of(key, record))
+        Ok(Held { key, account: record.account, lease: self.lease_of(key, record) })
     }
 
     /// Writes what the core decided about a stored lease into its record.
@@ -259,16 +244,13 @@ impl State {
         }
     }
 
-    fn insert_lease(&mut self, key: LeaseKey, lease: Lease, capability: SecretHash) {
-        let account = *self.account_index.get(&lease.account_id).expect("leases are granted on stored accounts");
+    /// Stores a new lease of account `account` under `key`.
+    fn insert_lease(&mut self, key: LeaseKey, account: AccountNumber, lease: &Lease, capability: SecretHash) {
         self.active_by_expiry.insert((lease.expiry, key));
         self.active_by_account.insert((account, lease.expiry, key));
         self.leases_by_account.insert((account, key));
-        match self.active_per_account.get_mut(&lease.account_id) {
-            Some(count) => *count += 1,
-            None => {
-                self.active_per_account.insert(lease.account_id.clone(), 1);
-            }
+        if let Some(record) = self.accounts.at_mut(account) {
+            record.active_leases += 1;
         }
         let record = LeaseRecord {
             capability,
@@ -283,26 +265,25 @@ impl State {
         self.leases.insert(key, record);
     }
 
-    /// Stores a lease the core settled, taking it out of the active indexes.
-    fn store_settled(&mut self, lease: Lease) {
-        if let Some(count) = self.active_per_account.get_mut(&lease.account_id) {
-            *count = count.saturating_sub(1);
-        }
-        let Some(key) = lease_key(&lease.lease_id) else { return };
+    /// Stores a lease the core settled, stored under `key`, taking it out of
+    /// the active indexes.
+    fn store_settled(&mut self, key: LeaseKey, lease: &Lease) {
         self.active_by_expiry.remove(&(lease.expiry, key));
-        if let Some(record) = self.leases.get_mut(&key) {
-            self.active_by_account.remove(&(record.account, lease.expiry, key));
-            record.write(&lease);
+        let Some(record) = self.leases.get_mut(&key) else { return };
+        self.active_by_account.remove(&(record.account, lease.expiry, key));
+        record.write(lease);
+        if let Some(account) = self.accounts.at_mut(record.account) {
+            account.active_leases = account.active_leases.saturating_sub(1);
         }
     }
 
-    /// Stores a lease for `grant` under `fresh`'s id and capability, and
-    /// answers it with its key.
-    fn grant_lease(&mut self, account_id: &str, grant: ledger::Grant, fresh: FreshLease) -> (IssuedLease, LeaseKey) {
+    /// Stores a lease of account `account` for `grant` under `fresh`'s id and
+    /// capability, and answers it.
+    fn grant_lease(&mut self, account: AccountNumber, grant: ledger::Grant, fresh: FreshLease) -> IssuedLease {
         let FreshLease { key, capability, hash } = fresh;
-        let lease = grant.into_lease(lease_id_of(key), account_id.to_owned());
-        self.insert_lease(key, lease.clone(), hash);
-        (IssuedLease { lease, capability }, key)
+        let lease = grant.into_lease(lease_id_of(key), self.accounts.id(account).to_owned());
+        self.insert_lease(key, account, &lease, hash);
+        IssuedLease { lease, capability }
     }
 }
 
@@ -319,10 +300,9 @@ impl Store for MemoryStore {
     async fn create_account(&self, account_id: &str) -> Result<AccountView, Error> {
         validate_id("account_id", account_id)?;
         let mut state = self.lock();
-        if state.accounts.contains_key(account_id) {
+        if !state.accounts.insert(account_id) {
             return Err(Error::AccountExists);
         }
-        state.insert_account(account_id);
         state.view(account_id)
     }
 
@@ -336,11 +316,12 @@ impl Store for MemoryStore {
         validate_id("account_id", account_id)?;
         validate_id("credit_id", credit_id)?;
         let mut state = self.lock();
-        let mut account = state.account(account_id)?.clone();
+        let (number, account) = state.account_numbered(account_id)?;
+        let mut account = account.clone();
         let key = (account_id.to_owned(), credit_id.to_owned());
         let created = account.credit_once(state.credits.get(&key).copied(), units, DOMAIN)?;
         if created {
-            state.put_account(account, EntryKind::Credit, StoredIds::other(EntryIds::credit(credit_id)), now);
+            state.put_account(number, account, EntryKind::Credit, StoredIds::other(EntryIds::credit(credit_id)), now);
             state.credits.insert(key, units);
         }
         Ok(CreditReceipt { account: state.view(account_id)?, created })
@@ -355,10 +336,12 @@ impl Store for MemoryStore {
         let Acquisition { account_id, units, ttl } = request;
         let fresh = FreshLease::new();
         self.run(idempotency, Request::Acquire(request), now, |state| {
-            let mut account = state.account(account_id)?.clone();
+            let (number, account) = state.account_numbered(account_id)?;
+            let mut account = account.clone();
             let grant = ledger::acquire(&mut account, units, ttl, now, &self.policy, DOMAIN)?;
-            let (issued, key) = state.grant_lease(account_id, grant, fresh);
-            state.put_account(account, EntryKind::Acquire, StoredIds::Lease(key), now);
+            let key = fresh.key;
+            let issued = state.grant_lease(number, grant, fresh);
+            state.put_account(number, account, EntryKind::Acquire, StoredIds::Lease(key), now);
             Ok(issued)
         })
     }
@@ -372,11 +355,11 @@ impl Store for MemoryStore {
         let Release { account_id, lease_id, capability } = request;
         let presented = SecretHash::of(capability);
         self.run(idempotency, Request::Release(request), now, |state| {
-            let mut lease = state.held_lease(account_id, lease_id, &presented)?;
-            let mut account = state.account(&lease.account_id).map_err(|_| orphan(&lease))?.clone();
+            let Held { key, account: number, mut lease } = state.held_lease(account_id, lease_id, &presented)?;
+            let mut account = state.accounts.at(number).ok_or_else(|| orphan(&lease))?.account.clone();
             let settlement = ledger::release(&mut account, &mut lease, now, &self.policy, DOMAIN)?;
-            state.put_account(account, EntryKind::Release, StoredIds::lease(lease_id), now);
-            state.store_settled(lease.clone());
+            state.put_account(number, account, EntryKind::Release, StoredIds::Lease(key), now);
+            state.store_settled(key, &lease);
             Ok(Released { lease, settlement })
         })
     }
@@ -391,21 +374,25 @@ impl Store for MemoryStore {
         let presented: Vec<SecretHash> = sources.iter().map(|handle| SecretHash::of(&handle.capability)).collect();
         let fresh = FreshLease::new();
         self.run(idempotency, Request::Consolidate(request), now, |state| {
-            let mut account = state.account(account_id)?.clone();
-            let mut leases = sources
+            let (number, account) = state.account_numbered(account_id)?;
+            let mut account = account.clone();
+            let (keys, mut leases): (Vec<LeaseKey>, Vec<Lease>) = sources
                 .iter()
                 .zip(&presented)
                 .map(|(handle, capability)| state.held_lease(account_id, &handle.lease_id, capability))
-                .collect::<Result<Vec<_>, _>>()?;
+                .map(|held| held.map(|Held { key, lease, .. }| (key, lease)))
+                .collect::<Result<Vec<_>, _>>()?
+                .into_iter()
+                .unzip();
             let (grant, settlements) =
                 ledger::consolidate(&mut account, &mut leases, extra_units, ttl, now, &self.policy, DOMAIN)?;
-            for lease in &leases {
-                state.store_settled(lease.clone());
+            for (&key, lease) in keys.iter().zip(&leases) {
+                state.store_settled(key, lease);
             }
-            let (lease, _) = state.grant_lease(account_id, grant, fresh);
+            let lease = state.grant_lease(number, grant, fresh);
             let sources = leases.iter().map(|l| l.lease_id.clone()).collect();
             let ids = EntryIds::consolidate(&lease.lease.lease_id, sources);
-            state.put_account(account, EntryKind::Consolidate, StoredIds::other(ids), now);
+            state.put_account(number, account, EntryKind::Consolidate, StoredIds::other(ids), now);
             Ok(Consolidated { lease, settlements: leases.into_iter().zip(settlements).collect() })
         })
     }

@@ -8,7 +8,7 @@
 //! are kept as such. [`Stored::entry`] gives back the core's [`Entry`].
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 use tollgate_core::alerts::EntryView;
@@ -16,13 +16,14 @@ use tollgate_core::journal::{Change, Deltas, EntryIds, EntryKind, changed, check
 use tollgate_core::{Account, COUNTERS, Entry, Error, PageLimit};
 
 use super::State;
-use super::lease_ids::{LeaseKey, lease_id_of, lease_key};
+use super::accounts::AccountNumber;
+use super::lease_ids::{LeaseKey, lease_id_of};
 use crate::model::{JournalMismatch, JournalPage};
 
-/// Every account's entries, in sequence order.
+/// One account's entries, in sequence order, kept in the account's record.
 #[derive(Default)]
-pub(super) struct Journals {
-    entries: HashMap<String, Vec<Stored>>,
+pub(super) struct Journal {
+    entries: Vec<Stored>,
 }
 
 /// One entry as kept.
@@ -46,11 +47,6 @@ pub(super) enum StoredIds {
 }
 
 impl StoredIds {
-    /// The ids of an acquire or release of `lease_id`.
-    pub(super) fn lease(lease_id: &str) -> Self {
-        lease_key(lease_id).map_or_else(|| Self::other(EntryIds::lease(lease_id)), StoredIds::Lease)
-    }
-
     pub(super) fn other(ids: EntryIds) -> Self {
         StoredIds::Other(Box::new(ids))
     }
@@ -125,9 +121,9 @@ impl EntryView for StoredEntry<'_> {
     }
 }
 
-impl Journals {
-    /// Keeps `deltas` as the next entry of `account_id`.
-    /// Keeps the next entry of `account_id` and lends it back.
+impl Journal {
+    /// Keeps the next entry of `account_id`, whose journal this is, and
+    /// lends it back.
     fn push<'a>(
         &'a mut self,
         account_id: &'a str,
@@ -136,27 +132,22 @@ impl Journals {
         ids: StoredIds,
         at: Timestamp,
     ) -> StoredEntry<'a> {
-        let stored = Stored { at, deltas: StoredDeltas::of(deltas), ids, kind };
-        if !self.entries.contains_key(account_id) {
-            self.entries.insert(account_id.to_owned(), Vec::new());
-        }
-        let entries = self.entries.get_mut(account_id).expect("inserted above");
-        entries.push(stored);
-        let seq = entries.len() as u64;
-        StoredEntry { account_id, seq, stored: &entries[entries.len() - 1] }
+        self.entries.push(Stored { at, deltas: StoredDeltas::of(deltas), ids, kind });
+        let seq = self.entries.len() as u64;
+        StoredEntry { account_id, seq, stored: &self.entries[self.entries.len() - 1] }
     }
 
-    /// How many entries `account_id` has: the sequence number of its latest.
-    pub(super) fn len(&self, account_id: &str) -> u64 {
-        self.entries.get(account_id).map_or(0, |entries| entries.len() as u64)
+    /// How many entries the account has: the sequence number of its latest.
+    pub(super) fn len(&self) -> u64 {
+        self.entries.len() as u64
     }
 
-    /// Entries `after + 1 ..` of `account_id`, at most `count` of them.
+    /// Entries `after + 1 ..` of `account_id`, whose journal this is, at most
+    /// `count` of them.
     fn read(&self, account_id: &str, after: u64, count: usize) -> Vec<Entry> {
-        let entries = self.entries.get(account_id).map(Vec::as_slice).unwrap_or(&[]);
-        let start = usize::try_from(after).unwrap_or(usize::MAX).min(entries.len());
+        let start = usize::try_from(after).unwrap_or(usize::MAX).min(self.entries.len());
         (start as u64 + 1..)
-            .zip(&entries[start..])
+            .zip(&self.entries[start..])
             .take(count)
             .map(|(seq, stored)| stored.entry(account_id, seq))
             .collect()
@@ -182,29 +173,31 @@ impl ReclaimTouched {
 impl State {
     /// Stores the core's new counters for an existing account and journals
     /// the change, if there is one, at `now`, deriving its events.
-    pub(super) fn put_account(&mut self, account: Account, kind: EntryKind, ids: StoredIds, now: Timestamp) {
-        let Some(record) = self.accounts.get_mut(&account.account_id) else {
-            self.store_account(account);
-            return;
-        };
+    pub(super) fn put_account(
+        &mut self,
+        number: AccountNumber,
+        account: Account,
+        kind: EntryKind,
+        ids: StoredIds,
+        now: Timestamp,
+    ) {
+        let Some(record) = self.accounts.at_mut(number) else { return };
         let Some(deltas) = changed(&record.account, &account) else {
             record.account = account;
             return;
         };
         let before = std::mem::replace(&mut record.account, account).counters();
-        let entry = self.journals.push(&record.account.account_id, kind, deltas, ids, now);
+        let entry = record.journal.push(&record.account.account_id, kind, deltas, ids, now);
         self.outbox.derive(&mut record.rules, &entry, before);
     }
 
     /// Journals `change` of an account whose counters were `before` it, and
-    /// derives its events.
+    /// derives its events; a change of an account not stored is not kept.
     pub(super) fn record(&mut self, change: Change, before: [u64; COUNTERS], now: Timestamp) {
         let Change { account_id, kind, deltas, ids } = change;
-        let entry = self.journals.push(&account_id, kind, deltas, StoredIds::other(ids), now);
-        match self.accounts.get_mut(&account_id) {
-            Some(record) => self.outbox.derive(&mut record.rules, &entry, before),
-            None => self.outbox.derive(&mut [], &entry, before),
-        }
+        let Some(record) = self.accounts.get_mut(&account_id) else { return };
+        let entry = record.journal.push(&account_id, kind, deltas, StoredIds::other(ids), now);
+        self.outbox.derive(&mut record.rules, &entry, before);
     }
 
     /// One `reclaim` entry per account a pass settled leases in.
@@ -218,17 +211,17 @@ impl State {
     }
 
     pub(super) fn journal_page(&self, account_id: &str, after: u64, limit: PageLimit) -> Result<JournalPage, Error> {
-        self.account(account_id)?;
-        Ok(JournalPage::of(self.journals.read(account_id, after, limit.rows() + 1), limit.rows()))
+        let record = self.accounts.get(account_id).ok_or(Error::AccountNotFound)?;
+        Ok(JournalPage::of(record.journal.read(account_id, after, limit.rows() + 1), limit.rows()))
     }
 
     /// Accounts whose journal does not replay to their counters.
     pub(super) fn journal_mismatches(&self) -> Vec<JournalMismatch> {
         self.accounts
             .values()
-            .map(|record| &record.account)
-            .filter_map(|account| {
-                let entries = self.journals.read(&account.account_id, 0, usize::MAX);
+            .filter_map(|record| {
+                let account = &record.account;
+                let entries = record.journal.read(&account.account_id, 0, usize::MAX);
                 let error = check_replay(account, &entries).err()?;
                 Some(JournalMismatch { account_id: account.account_id.clone(), error })
             })

@@ -1,6 +1,9 @@
 //! Lease ids as the memory store issues and keys them: `lse_` and 32
 //! lowercase hex digits, stored as the number they spell.
 
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
 /// The prefix of every lease id (`new_lease_key`, `crate::new_lease_id`); 32 lowercase hex digits
 /// follow it.
 const LEASE_ID_PREFIX: &str = "lse_";
@@ -14,11 +17,17 @@ pub(super) type LeaseKey = u128;
 /// other string, which therefore names no lease.
 pub(super) fn lease_key(lease_id: &str) -> Option<LeaseKey> {
     let digits = lease_id.strip_prefix(LEASE_ID_PREFIX)?;
-    let lowercase_hex = |b: &u8| b.is_ascii_digit() || (b'a'..=b'f').contains(b);
-    if digits.len() != LEASE_ID_HEX_DIGITS || !digits.as_bytes().iter().all(lowercase_hex) {
+    if digits.len() != LEASE_ID_HEX_DIGITS {
         return None;
     }
-    LeaseKey::from_str_radix(digits, 16).ok()
+    digits.bytes().try_fold(0, |key: LeaseKey, digit| {
+        let value = match digit {
+            b'0'..=b'9' => digit - b'0',
+            b'a'..=b'f' => digit - b'a' + 10,
+            _ => return None,
+        };
+        Some(key << 4 | LeaseKey::from(value))
+    })
 }
 
 /// A fresh random key: a version 4 UUID, whose simple form is the hex digits
@@ -28,7 +37,42 @@ pub(super) fn new_lease_key() -> LeaseKey {
 }
 
 pub(super) fn lease_id_of(key: LeaseKey) -> String {
-    format!("{LEASE_ID_PREFIX}{key:032x}")
+    let mut digits = [0u8; LEASE_ID_HEX_DIGITS];
+    hex::encode_to_slice(key.to_be_bytes(), &mut digits).expect("32 digits encode 16 bytes");
+    let mut lease_id = String::with_capacity(LEASE_ID_PREFIX.len() + LEASE_ID_HEX_DIGITS);
+    lease_id.push_str(LEASE_ID_PREFIX);
+    lease_id.extend(digits.iter().map(|&digit| char::from(digit)));
+    lease_id
+}
+
+/// A map keyed by lease keys, hashed by folding the key's two halves.
+///
+/// Keys are drawn at random by this store (`new_lease_key`), never chosen by
+/// a caller: a presented id that is not a
+/// stored key only misses. So the bits are already uniform, and no caller can
+/// pile keys into one bucket, which is what a keyed hash like the standard
+/// SipHash defends against.
+pub(super) type LeaseMap<V> = HashMap<LeaseKey, V, BuildHasherDefault<FoldHasher>>;
+
+#[derive(Default)]
+pub(super) struct FoldHasher(u64);
+
+impl Hasher for FoldHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write_u128(&mut self, key: u128) {
+        self.0 ^= (key as u64) ^ ((key >> 64) as u64);
+    }
+
+    /// Only `u128` keys are hashed here; any other input is still hashed,
+    /// a byte at a time.
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
+        }
+    }
 }
 
 #[cfg(test)]

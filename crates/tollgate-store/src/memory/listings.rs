@@ -49,8 +49,7 @@ impl State {
         };
         let rows = self
             .accounts
-            .range::<str, _>((lower, Bound::Unbounded))
-            .map(|(id, _)| id)
+            .ids_from(lower)
             .take_while(|id| id.starts_with(prefix))
             .take(listing.fetch())
             .map(|id| self.view(id))
@@ -65,8 +64,7 @@ impl State {
         page: &PageRequest,
     ) -> Result<Page<Lease>, Error> {
         let listing = Listing::leases(account_id, filter, page)?;
-        self.account(account_id)?;
-        let index = *self.account_index.get(account_id).ok_or(Error::AccountNotFound)?;
+        let (index, _) = self.account_numbered(account_id)?;
         // A cursor altered by hand may name no lease id this store issues;
         // `is_after` then still compares it as text, like PostgreSQL does.
         let lower = match listing.after().and_then(lease_key) {

@@ -196,8 +196,8 @@ impl OutboxState {
 
 impl State {
     fn note_refusal(&mut self, account_id: &str, now: Timestamp) -> Result<u32, Error> {
-        let seq = self.journals.len(account_id);
         let record = self.accounts.get_mut(account_id).ok_or(Error::AccountNotFound)?;
+        let seq = record.journal.len();
         if record.rules.is_empty() {
             return Ok(0);
         }
@@ -238,8 +238,9 @@ impl Outbox for MemoryStore {
         now: Timestamp,
     ) -> Result<AlertRule, Error> {
         let mut state = self.lock();
-        let from_seq = state.journals.len(account_id);
-        let rules = &mut state.accounts.get_mut(account_id).ok_or(Error::AccountNotFound)?.rules;
+        let record = state.accounts.get_mut(account_id).ok_or(Error::AccountNotFound)?;
+        let from_seq = record.journal.len();
+        let rules = &mut record.rules;
         if rules.len() >= RULES_PER_ACCOUNT_MAX {
             return Err(Error::TooManyRules { max: RULES_PER_ACCOUNT_MAX });
         }

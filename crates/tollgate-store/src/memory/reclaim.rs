@@ -20,10 +20,11 @@ impl State {
         policy: &GrantPolicy,
     ) -> Result<ReclaimReport, Error> {
         let (mut due, mut skipped) = self.due_leases(cutoff, limit);
-        due.sort_by(|a, b| (&a.account_id, &a.lease_id).cmp(&(&b.account_id, &b.lease_id)));
+        // Keys order like the ids they spell.
+        due.sort_by(|(a_key, a), (b_key, b)| (&a.account_id, a_key).cmp(&(&b.account_id, b_key)));
         let mut reclaimed = Vec::with_capacity(due.len());
         let mut touched = ReclaimTouched::default();
-        for mut lease in due {
+        for (key, mut lease) in due {
             let mut account = self.account(&lease.account_id).map_err(|_| orphan(&lease))?.clone();
             let before = account.clone();
             match ledger::reclaim(&mut account, &mut lease, now, policy, DOMAIN) {
@@ -35,7 +36,7 @@ impl State {
                     });
                     touched.settled(&before, &lease.lease_id);
                     self.store_account(account);
-                    self.store_settled(lease);
+                    self.store_settled(key, &lease);
                 }
                 Ok(None) => {}
                 Err(error) => skipped.push(skip(&lease, &error)),
@@ -47,15 +48,15 @@ impl State {
 
     /// The due leases a reclaim pass settles (`ReclaimPass::accounts`): the
     /// accounts of the most overdue leases, each with its due leases in
-    /// expiry order, up to `limit`; and the most overdue leases whose account
-    /// is gone, skipped.
-    fn due_leases(&self, cutoff: Timestamp, limit: u32) -> (Vec<Lease>, Vec<SkippedLease>) {
+    /// expiry order, up to `limit`, each with its key; and the most overdue
+    /// leases whose account is gone, skipped.
+    fn due_leases(&self, cutoff: Timestamp, limit: u32) -> (Vec<(LeaseKey, Lease)>, Vec<SkippedLease>) {
         let mut skipped = Vec::new();
         let mut heads = Vec::new();
         let most_overdue = self.active_by_expiry.iter().take_while(|(expiry, _)| *expiry <= cutoff);
         for &(_, key) in most_overdue.take(reclaim_read_max(limit) as usize) {
             let Some(record) = self.leases.get(&key) else { continue };
-            if self.accounts.contains_key(&self.account_ids[record.account as usize]) {
+            if self.accounts.at(record.account).is_some() {
                 heads.push(record.account);
             } else {
                 let lease = self.lease_of(key, record);
@@ -68,7 +69,7 @@ impl State {
                 self.active_by_account.range((account, Timestamp::MIN, 0)..=(account, cutoff, LeaseKey::MAX));
             for &(_, _, key) in account_due.take(limit as usize - due.len()) {
                 if let Some(record) = self.leases.get(&key) {
-                    due.push(self.lease_of(key, record));
+                    due.push((key, self.lease_of(key, record)));
                 }
             }
             if due.len() == limit as usize {
