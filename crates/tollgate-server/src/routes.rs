@@ -32,6 +32,7 @@ use crate::worker;
 mod journal;
 mod listings;
 mod params;
+mod reads;
 mod responses;
 mod usage;
 mod webhooks;
@@ -54,7 +55,7 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(create_account))
         .routes(routes!(credit))
         .routes(routes!(issue_credential))
-        .routes(routes!(get_credential))
+        .routes(routes!(reads::get_credential))
         .routes(routes!(revoke_credential))
         .routes(routes!(reclaim))
         .routes(routes!(check))
@@ -69,12 +70,12 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(webhooks::list_deliveries))
         .routes(routes!(webhooks::redeliver));
     let gateway = OpenApiRouter::default()
-        .routes(routes!(get_account))
+        .routes(routes!(reads::get_account))
         .routes(routes!(journal::account_journal))
         .routes(routes!(acquire))
         .routes(routes!(consolidate))
         .routes(routes!(verify_credential))
-        .routes(routes!(get_lease))
+        .routes(routes!(reads::get_lease))
         .routes(routes!(release))
         .routes(routes!(ingest))
         .routes(routes!(listings::list_leases))
@@ -116,24 +117,6 @@ pub(crate) async fn create_account(
 ) -> ApiResult {
     let view = state.store().create_account(&body.account_id).await?;
     json(StatusCode::CREATED, AccountBody::from(&view))
-}
-
-/// An account with all its counters.
-#[utoipa::path(
-    get, path = "/v1/accounts/{account_id}", tag = "accounts",
-    params(AccountPath),
-    responses(
-        (status = 200, description = "The account", body = AccountBody),
-        AccountNotFound,
-    ),
-)]
-pub(crate) async fn get_account(
-    _: GatewayAuth,
-    State(state): State<AppState>,
-    ApiPath(AccountPath { account_id }): ApiPath<AccountPath>,
-) -> ApiResult {
-    let view = state.store().account(&account_id).await?;
-    json(StatusCode::OK, AccountBody::from(&view))
 }
 
 /// Adds prepaid units, idempotently on `credit_id`.
@@ -188,25 +171,6 @@ pub(crate) async fn issue_credential(
             key: issued.key.expose().to_owned(),
         },
     )
-}
-
-/// A credential of the account and its activity, without its key. A
-/// credential of another account is `credential_not_found`.
-#[utoipa::path(
-    get, path = "/v1/accounts/{account_id}/credentials/{credential_id}", tag = "credentials",
-    params(CredentialPath),
-    responses(
-        (status = 200, description = "The credential", body = CredentialBody),
-        CredentialNotFound,
-    ),
-)]
-pub(crate) async fn get_credential(
-    _: AdminAuth,
-    State(state): State<AppState>,
-    ApiPath(CredentialPath { account_id, credential_id }): ApiPath<CredentialPath>,
-) -> ApiResult {
-    let credential = state.store().credential(&account_id, &credential_id).await?;
-    json(StatusCode::OK, CredentialBody::from(&credential))
 }
 
 /// Revokes a credential of the account. Revoking again keeps the first
@@ -292,25 +256,6 @@ pub(crate) async fn acquire(
     };
     state.metrics().count_leases(LeaseEvent::Acquired, 1);
     json(StatusCode::CREATED, issued_lease_body(&issued))
-}
-
-/// A lease of the account, without its capability. A lease of another account
-/// is `lease_not_found`.
-#[utoipa::path(
-    get, path = "/v1/accounts/{account_id}/leases/{lease_id}", tag = "leases",
-    params(LeasePath),
-    responses(
-        (status = 200, description = "The lease", body = LeaseBody),
-        LeaseNotFound,
-    ),
-)]
-pub(crate) async fn get_lease(
-    _: GatewayAuth,
-    State(state): State<AppState>,
-    ApiPath(LeasePath { account_id, lease_id }): ApiPath<LeasePath>,
-) -> ApiResult {
-    let lease = state.store().lease(&account_id, &lease_id).await?;
-    json(StatusCode::OK, LeaseBody::from(&lease))
 }
 
 /// Settles a lease of the account: returns what was not used, bills usage

@@ -5,23 +5,19 @@
 //! `invalid_limit`); both take plain decimal digits only. Another parameter,
 //! or one given twice, is `invalid_query`.
 
-use axum::extract::State;
-use axum::http::StatusCode;
 use tollgate_api::{ErrorBody, JournalPageBody};
 
 use super::params::AccountPath;
+use super::reads::read_route;
 use super::responses::AccountNotFound;
-use super::{ApiResult, json};
-use crate::AppState;
 use crate::auth::GatewayAuth;
-use crate::extract::{ApiPath, QueryParams};
 
-/// The entries of an account's journal after the sequence number `after`,
-/// in sequence order: every change to its counters, with the operation's
-/// kind, ids and time. Replaying them from the first, starting from a new
-/// account's counters, gives the account's counters.
-#[utoipa::path(
-    get, path = "/v1/accounts/{account_id}/journal", tag = "accounts",
+read_route! {
+    /// The entries of an account's journal after the sequence number `after`,
+    /// in sequence order: every change to its counters, with the operation's
+    /// kind, ids and time. Replaying them from the first, starting from a new
+    /// account's counters, gives the account's counters.
+    account_journal: GatewayAuth, "/v1/accounts/{account_id}/journal", tag "accounts",
     params(
         AccountPath,
         ("after" = Option<u64>, Query, description = "Entries after this sequence number; 0 (the default) reads from the first"),
@@ -32,15 +28,8 @@ use crate::extract::{ApiPath, QueryParams};
         (status = 400, description = "`invalid_after`, `invalid_limit`, `invalid_query` or `invalid_path`", body = ErrorBody),
         AccountNotFound,
     ),
-)]
-pub(crate) async fn account_journal(
-    _: GatewayAuth,
-    State(state): State<AppState>,
-    ApiPath(AccountPath { account_id }): ApiPath<AccountPath>,
-    query: QueryParams,
-) -> ApiResult {
-    let query = query.only(&["after", "limit"])?;
-    let (after, limit) = (query.after()?, query.limit()?);
-    let page = state.store().journal(&account_id, after, limit).await?;
-    json(StatusCode::OK, JournalPageBody::from(&page))
+    |state, AccountPath { account_id }, query: ["after", "limit"]| {
+        let (after, limit) = (query.after()?, query.limit()?);
+        JournalPageBody::from(&state.store().journal(&account_id, after, limit).await?)
+    }
 }

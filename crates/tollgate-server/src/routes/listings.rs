@@ -11,6 +11,7 @@ use tollgate_api::{AccountBody, CredentialBody, CreditBody, ErrorBody, LeaseBody
 use tollgate_core::LeaseFilter;
 
 use super::params::AccountPath;
+use super::reads::read_route;
 use super::responses::{AccountNotFound, PageRefused};
 use super::{ApiResult, json};
 use crate::AppState;
@@ -78,49 +79,16 @@ pub(crate) async fn list_leases(
     json(StatusCode::OK, PageBody::<LeaseBody>::of(&leases))
 }
 
-/// Declares the listing of an account's collection that takes only the
-/// paging parameters. Such listings differ only in their names, tag, body and
-/// store method, so their documentation and handler are written once here.
-macro_rules! paged_account_listing {
-    (
-        $(#[doc = $doc:tt])*
-        $handler:ident: $auth:ident, $path:tt, tag $tag:tt,
-        $described:tt => PageBody<$body:ident>, $list:ident
-    ) => {
-        $(#[doc = $doc])*
-        #[utoipa::path(
-            get, path = $path, tag = $tag,
-            params(
-                AccountPath,
-                PageParams,
-            ),
-            responses(
-                (status = 200, description = $described, body = PageBody<$body>),
-                PageRefused,
-                AccountNotFound,
-            ),
-        )]
-        pub(crate) async fn $handler(
-            _: $auth,
-            State(state): State<AppState>,
-            ApiPath(AccountPath { account_id }): ApiPath<AccountPath>,
-            query: QueryParams,
-        ) -> ApiResult {
-            let page = query.only(&["cursor", "limit"])?.page()?;
-            let items = state.store().$list(&account_id, &page).await?;
-            json(StatusCode::OK, PageBody::<$body>::of(&items))
-        }
-    };
-}
-
-paged_account_listing! {
+read_route! {
     /// The account's credentials in `credential_id` order, without their keys.
     list_credentials: AdminAuth, "/v1/accounts/{account_id}/credentials", tag "credentials",
+    AccountPath { account_id }, AccountNotFound,
     "One page of credentials" => PageBody<CredentialBody>, list_credentials
 }
 
-paged_account_listing! {
+read_route! {
     /// The account's credits in `credit_id` order, with the units each added.
     list_credits: AdminAuth, "/v1/accounts/{account_id}/credits", tag "accounts",
+    AccountPath { account_id }, AccountNotFound,
     "One page of credits" => PageBody<CreditBody>, list_credits
 }

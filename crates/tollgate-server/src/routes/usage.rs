@@ -9,7 +9,6 @@
 //! `invalid_cursor`), never a 500 or a plain-text rejection.
 
 use axum::body::{Body, Bytes};
-use axum::extract::State;
 use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
@@ -17,13 +16,13 @@ use tollgate_api::{ErrorBody, ExportedEventBody, UsageEventsPage, UsageReportBod
 use tollgate_core::query::{ExportQuery, UsageQuery};
 use tollgate_core::{Error, Page, PageLimit, UsageEvent};
 
+use super::json;
 use super::params::AccountPath;
+use super::reads::read_route;
 use super::responses::{AccountNotFound, StorageUnavailable};
-use super::{ApiResult, json};
 use crate::AppState;
 use crate::auth::GatewayAuth;
 use crate::error::ApiError;
-use crate::extract::{ApiPath, QueryParams};
 
 /// The media type of the streamed export.
 pub(crate) const NDJSON: &str = "application/x-ndjson";
@@ -40,14 +39,14 @@ pub(crate) struct RangeParams {
     to: String,
 }
 
-/// Units and event counts of an account's accepted events in `[from, to)`,
-/// by UTC-aligned window and by group.
-///
-/// The answer lists every bucket the range spans in time order, empty ones
-/// included, each clipped to the range, so the buckets tile `[from, to)`;
-/// each holds its nonempty groups. Totals are decimal strings.
-#[utoipa::path(
-    get, path = "/v1/accounts/{account_id}/usage", tag = "usage",
+read_route! {
+    /// Units and event counts of an account's accepted events in `[from, to)`,
+    /// by UTC-aligned window and by group.
+    ///
+    /// The answer lists every bucket the range spans in time order, empty ones
+    /// included, each clipped to the range, so the buckets tile `[from, to)`;
+    /// each holds its nonempty groups. Totals are decimal strings.
+    get_usage: GatewayAuth, "/v1/accounts/{account_id}/usage", tag "usage",
     params(
         AccountPath,
         RangeParams,
@@ -61,32 +60,26 @@ pub(crate) struct RangeParams {
         AccountNotFound,
         StorageUnavailable,
     ),
-)]
-pub(crate) async fn get_usage(
-    _: GatewayAuth,
-    State(state): State<AppState>,
-    ApiPath(AccountPath { account_id }): ApiPath<AccountPath>,
-    params: QueryParams,
-) -> ApiResult {
-    let params = params.only(&["from", "to", "window", "group_by"])?;
-    let query = UsageQuery::parse(params.get("from"), params.get("to"), params.get("window"), params.get("group_by"))?;
-    let report = state.store().usage(&account_id, &query).await?;
-    json(StatusCode::OK, UsageReportBody::from(&report))
+    |state, AccountPath { account_id }, params: ["from", "to", "window", "group_by"]| {
+        let query =
+            UsageQuery::parse(params.get("from"), params.get("to"), params.get("window"), params.get("group_by"))?;
+        UsageReportBody::from(&state.store().usage(&account_id, &query).await?)
+    }
 }
 
-/// An account's accepted events in `[from, to)`, in `(occurred_at,
-/// request_id)` order (request ids compared byte by byte).
-///
-/// By default one page of at most `limit` events and the cursor of the
-/// next page (`null` on the last); a cursor is valid only for the same
-/// account, `from` and `to`. Events accepted while a client pages never
-/// make it skip or repeat one. With `format=ndjson` the whole range (after
-/// `cursor`, if given) streams as `application/x-ndjson`, one event object
-/// per line, read from storage page by page; a storage failure in the
-/// middle ends the stream early without its final chunk, which HTTP clients
-/// report as an incomplete body.
-#[utoipa::path(
-    get, path = "/v1/accounts/{account_id}/usage/events", tag = "usage",
+read_route! {
+    /// An account's accepted events in `[from, to)`, in `(occurred_at,
+    /// request_id)` order (request ids compared byte by byte).
+    ///
+    /// By default one page of at most `limit` events and the cursor of the
+    /// next page (`null` on the last); a cursor is valid only for the same
+    /// account, `from` and `to`. Events accepted while a client pages never
+    /// make it skip or repeat one. With `format=ndjson` the whole range (after
+    /// `cursor`, if given) streams as `application/x-ndjson`, one event object
+    /// per line, read from storage page by page; a storage failure in the
+    /// middle ends the stream early without its final chunk, which HTTP clients
+    /// report as an incomplete body.
+    get_usage_events: GatewayAuth, "/v1/accounts/{account_id}/usage/events", tag "usage",
     params(
         AccountPath,
         RangeParams,
@@ -105,35 +98,29 @@ pub(crate) async fn get_usage(
         AccountNotFound,
         StorageUnavailable,
     ),
-)]
-pub(crate) async fn get_usage_events(
-    _: GatewayAuth,
-    State(state): State<AppState>,
-    ApiPath(AccountPath { account_id }): ApiPath<AccountPath>,
-    params: QueryParams,
-) -> ApiResult {
-    let params = params.only(&["from", "to", "cursor", "limit", "format"])?;
-    let streamed = match params.get("format") {
-        None | Some("json") => false,
-        Some("ndjson") => true,
-        Some(other) => return Err(ApiError::InvalidQuery(format!("format must be json or ndjson, not {other:?}"))),
-    };
-    let (from, to, cursor) = (params.get("from"), params.get("to"), params.get("cursor"));
-    if !streamed {
-        let query = ExportQuery::parse(&account_id, from, to, cursor, params.limit()?)?;
-        let page = state.store().usage_events(&account_id, &query).await?;
-        let body = UsageEventsPage {
-            items: page.items.iter().map(ExportedEventBody::from).collect(),
-            next_cursor: page.next_cursor,
+    |state, AccountPath { account_id }, params: ["from", "to", "cursor", "limit", "format"]| -> ApiResult {
+        let streamed = match params.get("format") {
+            None | Some("json") => false,
+            Some("ndjson") => true,
+            Some(other) => return Err(ApiError::InvalidQuery(format!("format must be json or ndjson, not {other:?}"))),
         };
-        return json(StatusCode::OK, body);
+        let (from, to, cursor) = (params.get("from"), params.get("to"), params.get("cursor"));
+        if !streamed {
+            let query = ExportQuery::parse(&account_id, from, to, cursor, params.limit()?)?;
+            let page = state.store().usage_events(&account_id, &query).await?;
+            let body = UsageEventsPage {
+                items: page.items.iter().map(ExportedEventBody::from).collect(),
+                next_cursor: page.next_cursor,
+            };
+            return json(StatusCode::OK, body);
+        }
+        let query = ExportQuery::parse(&account_id, from, to, cursor, PageLimit::new(Some(PageLimit::MAX))?)?;
+        // The first page is read before answering, so that an unknown account or
+        // an unavailable store is a proper error status, not a broken stream.
+        let first = state.store().usage_events(&account_id, &query).await?;
+        let stream = futures_util::stream::unfold(Some((state, account_id, query, Some(first))), next_chunk);
+        Ok(([(CONTENT_TYPE, NDJSON)], Body::from_stream(stream)).into_response())
     }
-    let query = ExportQuery::parse(&account_id, from, to, cursor, PageLimit::new(Some(PageLimit::MAX))?)?;
-    // The first page is read before answering, so that an unknown account or
-    // an unavailable store is a proper error status, not a broken stream.
-    let first = state.store().usage_events(&account_id, &query).await?;
-    let stream = futures_util::stream::unfold(Some((state, account_id, query, Some(first))), next_chunk);
-    Ok(([(CONTENT_TYPE, NDJSON)], Body::from_stream(stream)).into_response())
 }
 
 /// What the stream holds between chunks: how to read the next page, and

@@ -19,11 +19,12 @@ use tollgate_store::{IssuedEndpoint, NewEndpoint, SecretRotation, WebhookKey, ne
 
 use super::listings::PageParams;
 use super::params::{AccountPath, DeliveryPath, EndpointPath, RulePath};
+use super::reads::read_route;
 use super::responses::{AccountNotFound, EndpointNotFound, PageRefused};
 use super::{ApiResult, json};
 use crate::AppState;
 use crate::auth::AdminAuth;
-use crate::extract::{ApiJson, ApiPath, QueryParams};
+use crate::extract::{ApiJson, ApiPath};
 
 /// How long a replaced secret still signs unless the request says.
 const OVERLAP_DEFAULT_S: u64 = 86_400;
@@ -67,22 +68,15 @@ pub(crate) async fn create_alert_rule(
     json(StatusCode::CREATED, AlertRuleBody::from(&rule))
 }
 
-/// The account's alert rules, oldest first.
-#[utoipa::path(
-    get, path = "/v1/accounts/{account_id}/alert-rules", tag = "alerts",
+read_route! {
+    /// The account's alert rules, oldest first.
+    list_alert_rules: AdminAuth, "/v1/accounts/{account_id}/alert-rules", tag "alerts",
     params(AccountPath),
-    responses(
-        (status = 200, description = "The rules", body = AlertRulesBody),
-        AccountNotFound,
-    ),
-)]
-pub(crate) async fn list_alert_rules(
-    _: AdminAuth,
-    State(state): State<AppState>,
-    ApiPath(AccountPath { account_id }): ApiPath<AccountPath>,
-) -> ApiResult {
-    let rules = state.store().alert_rules(&account_id).await?;
-    json(StatusCode::OK, AlertRulesBody { rules: rules.iter().map(AlertRuleBody::from).collect() })
+    responses((status = 200, description = "The rules", body = AlertRulesBody), AccountNotFound),
+    |state, AccountPath { account_id }| {
+        let rules = state.store().alert_rules(&account_id).await?;
+        AlertRulesBody { rules: rules.iter().map(AlertRuleBody::from).collect() }
+    }
 }
 
 /// Deletes an alert rule; it emits nothing more.
@@ -196,27 +190,12 @@ pub(crate) async fn rotate_secret(
     json(StatusCode::OK, WebhookEndpointBody::from(&IssuedEndpoint { endpoint, secret }))
 }
 
-/// The endpoint's deliveries, oldest first: each one's state, attempts,
-/// last error and next attempt.
-#[utoipa::path(
-    get, path = "/v1/webhooks/{endpoint_id}/deliveries", tag = "webhooks",
-    params(EndpointPath, PageParams),
-    responses(
-        (status = 200, description = "One page of deliveries", body = PageBody<DeliveryBody>),
-        PageRefused,
-        EndpointNotFound,
-    ),
-)]
-pub(crate) async fn list_deliveries(
-    _: AdminAuth,
-    State(state): State<AppState>,
-    ApiPath(EndpointPath { endpoint_id }): ApiPath<EndpointPath>,
-    query: QueryParams,
-) -> ApiResult {
-    let query = query.only(&["cursor", "limit"])?;
-    let page = query.page()?;
-    let deliveries = state.store().deliveries(&endpoint_id, &page).await?;
-    json(StatusCode::OK, PageBody::<DeliveryBody>::of(&deliveries))
+read_route! {
+    /// The endpoint's deliveries, oldest first: each one's state, attempts,
+    /// last error and next attempt.
+    list_deliveries: AdminAuth, "/v1/webhooks/{endpoint_id}/deliveries", tag "webhooks",
+    EndpointPath { endpoint_id }, EndpointNotFound,
+    "One page of deliveries" => PageBody<DeliveryBody>, deliveries
 }
 
 /// Makes a delivery due now, whatever its state: the event is sent again,
