@@ -100,8 +100,8 @@ fn fingerprints_cover_every_argument_unambiguously() {
         }),
         Request::Release(Release { account_id: "x", lease_id: "x", capability: "c1" }),
         Request::Release(Release { account_id: "x", lease_id: "x", capability: "c2" }),
-        Request::IssueCredential { account_id: "x", label: "" },
-        Request::IssueCredential { account_id: "x", label: "l" },
+        Request::IssueCredential(NewCredential { account_id: "x", label: "" }),
+        Request::IssueCredential(NewCredential { account_id: "x", label: "l" }),
     ];
     let prints: std::collections::HashSet<[u8; 32]> =
         requests.iter().map(|r| Claim::new(&key, r, now).fingerprint).collect();
@@ -120,8 +120,8 @@ fn lease_and_credential_keys_are_scoped_by_their_account() {
             Request::Release(Release { account_id: "b", lease_id: "lse_1", capability: "c" }),
         ),
         (
-            Request::RevokeCredential { account_id: "a", credential_id: "cred_1" },
-            Request::RevokeCredential { account_id: "b", credential_id: "cred_1" },
+            Request::RevokeCredential(Revocation { account_id: "a", credential_id: "cred_1" }),
+            Request::RevokeCredential(Revocation { account_id: "b", credential_id: "cred_1" }),
         ),
         // The account and the resource are separate fields of the scope.
         (
@@ -134,7 +134,7 @@ fn lease_and_credential_keys_are_scoped_by_their_account() {
         assert_ne!(first.lookup_id, second.lookup_id);
         assert_ne!(first.fingerprint, second.fingerprint);
     }
-    assert_eq!(Request::RevokeCredential { account_id: "a", credential_id: "c" }.account_id(), "a");
+    assert_eq!(Request::RevokeCredential(Revocation { account_id: "a", credential_id: "c" }).account_id(), "a");
     assert_eq!(ACQUIRE.account_id(), "acct");
 }
 
@@ -192,12 +192,12 @@ fn lookup_ids_and_fingerprints_are_stable() {
             "02b39a598d779c99d3b7ab3c4bd5535f78bf9db031389d94904feef8793477fa",
         ),
         (
-            Request::IssueCredential { account_id: "acct", label: "edge" },
+            Request::IssueCredential(NewCredential { account_id: "acct", label: "edge" }),
             "47916e293558e1c60cf907fdf13eadef4895a97ba397e714bd8c3cd2977762dd",
             "90292bda1f524661b569392eb01eb889809b5aa2d7c4e743a11d7e9c0018df2d",
         ),
         (
-            Request::RevokeCredential { account_id: "acct", credential_id: "cred_1" },
+            Request::RevokeCredential(Revocation { account_id: "acct", credential_id: "cred_1" }),
             "bba0ed4a9ddbb3647498cee48f600dbe56ceaaf448c31dfaa6eae958b64dc010",
             "2bcacae84bcf7cf28e99e62857ea1ce090b25bdb9a874e6c159314684be3d211",
         ),
