@@ -18,7 +18,7 @@ use tollgate_bench::workload::{
     self, ACCOUNTS, BATCH_ACCOUNTS, BatchMaker, account_id, memory_fundings, memory_store, now, run_ready, ttl,
 };
 use tollgate_core::Condition;
-use tollgate_store::{Outbox, Store, UsageSink};
+use tollgate_store::{NewAlertRule, Outbox, Store, UsageSink};
 
 /// Accounts the ingestion batches rotate over: ten groups of ten.
 const INGEST_ACCOUNTS: usize = 10 * BATCH_ACCOUNTS;
@@ -30,8 +30,9 @@ fn store_with(accounts: usize, alerts: bool) -> tollgate_store::MemoryStore {
     let store = memory_store(accounts);
     if alerts {
         for index in 0..accounts {
-            let rule = Condition::AvailableBelow { units: 1_000 };
-            run_ready(store.create_alert_rule(&account_id(index), rule, now())).expect("rule");
+            let account_id = account_id(index);
+            let rule = NewAlertRule { account_id: &account_id, condition: Condition::AvailableBelow { units: 1_000 } };
+            run_ready(store.create_alert_rule(rule, now())).expect("rule");
         }
     }
     store

@@ -26,7 +26,9 @@ use std::task::{Context, Poll, Wake, Waker};
 use jiff::Timestamp;
 use tokio::sync::Notify;
 use tollgate_core::UsageEvent;
-use tollgate_store::{Acquisition, Consolidation, Idempotency, IdempotencyKey, IssuedLease, Release, Store};
+use tollgate_store::{
+    Acquisition, Consolidation, Idempotency, IdempotencyKey, IssuedLease, NewCredential, Release, Revocation, Store,
+};
 
 use crate::support::{Ledger, handle, leased, secs, stored_ledger, ts};
 
@@ -138,11 +140,13 @@ fn operation<'a, S: Store>(store: &'a S, name: &'static str, f: &'a Fixture) -> 
         }),
         "issue_credential_keyed" => Box::pin(async move {
             let key = keyed(f);
-            store.issue_credential_idempotent(Some(&key), &f.account_id, "second", now).await.done()
+            let request = NewCredential { account_id: &f.account_id, label: "second" };
+            store.issue_credential_idempotent(Some(&key), request, now).await.done()
         }),
         "revoke_credential_keyed" => Box::pin(async move {
             let key = keyed(f);
-            store.revoke_credential_idempotent(Some(&key), &f.account_id, &f.credential_id, now).await.done()
+            let request = Revocation { account_id: &f.account_id, credential_id: &f.credential_id };
+            store.revoke_credential_idempotent(Some(&key), request, now).await.done()
         }),
         "release" => Box::pin(async move {
             let live = &f.live;

@@ -17,7 +17,7 @@ use tollgate_api::{
     SettlementBody, StorageBody, VerifyRequest, VerifyResponse,
 };
 use tollgate_core::{BATCH_EVENTS_MAX, Error, IngestError, UsageEvent};
-use tollgate_store::{Acquisition, Consolidation, IssuedLease, LeaseHandle, Release};
+use tollgate_store::{Acquisition, Consolidation, IssuedLease, LeaseHandle, NewCredential, Release, Revocation};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -162,8 +162,8 @@ pub(crate) async fn issue_credential(
     IdempotencyHeader(idempotency): IdempotencyHeader,
     ApiJson(body): ApiJson<CreateCredentialRequest>,
 ) -> ApiResult {
-    let store = state.store();
-    let issued = store.issue_credential_idempotent(idempotency.as_ref(), &account_id, &body.label, state.now()).await?;
+    let request = NewCredential { account_id: &account_id, label: &body.label };
+    let issued = state.store().issue_credential_idempotent(idempotency.as_ref(), request, state.now()).await?;
     json(
         StatusCode::CREATED,
         IssuedCredentialBody {
@@ -191,9 +191,8 @@ pub(crate) async fn revoke_credential(
     ApiPath(CredentialPath { account_id, credential_id }): ApiPath<CredentialPath>,
     IdempotencyHeader(idempotency): IdempotencyHeader,
 ) -> ApiResult {
-    let store = state.store();
-    let credential =
-        store.revoke_credential_idempotent(idempotency.as_ref(), &account_id, &credential_id, state.now()).await?;
+    let request = Revocation { account_id: &account_id, credential_id: &credential_id };
+    let credential = state.store().revoke_credential_idempotent(idempotency.as_ref(), request, state.now()).await?;
     json(StatusCode::OK, CredentialBody::from(&credential))
 }
 

@@ -23,7 +23,7 @@ use sha2::{Digest, Sha256};
 use tollgate_core::{Credential, Error};
 
 use crate::model::{Consolidated, IssuedCredential, IssuedLease, Released};
-use crate::requests::{Acquisition, Consolidation, Release};
+use crate::requests::{Acquisition, Consolidation, NewCredential, Release, Revocation};
 
 mod answer;
 
@@ -78,8 +78,8 @@ pub enum Request<'a> {
     Acquire(Acquisition<'a>),
     Release(Release<'a>),
     Consolidate(Consolidation<'a>),
-    IssueCredential { account_id: &'a str, label: &'a str },
-    RevokeCredential { account_id: &'a str, credential_id: &'a str },
+    IssueCredential(NewCredential<'a>),
+    RevokeCredential(Revocation<'a>),
 }
 
 impl Request<'_> {
@@ -88,8 +88,8 @@ impl Request<'_> {
             Request::Acquire(_) => "acquire",
             Request::Release(_) => "release",
             Request::Consolidate(_) => "consolidate",
-            Request::IssueCredential { .. } => "issue_credential",
-            Request::RevokeCredential { .. } => "revoke_credential",
+            Request::IssueCredential(_) => "issue_credential",
+            Request::RevokeCredential(_) => "revoke_credential",
         }
     }
 
@@ -99,8 +99,8 @@ impl Request<'_> {
             Request::Acquire(Acquisition { account_id, .. })
             | Request::Release(Release { account_id, .. })
             | Request::Consolidate(Consolidation { account_id, .. })
-            | Request::IssueCredential { account_id, .. }
-            | Request::RevokeCredential { account_id, .. } => account_id,
+            | Request::IssueCredential(NewCredential { account_id, .. })
+            | Request::RevokeCredential(Revocation { account_id, .. }) => account_id,
         }
     }
 
@@ -108,10 +108,10 @@ impl Request<'_> {
     /// that is not itself an account.
     fn resource_account(&self) -> Option<&str> {
         match self {
-            Request::Release(Release { account_id, .. }) | Request::RevokeCredential { account_id, .. } => {
+            Request::Release(Release { account_id, .. }) | Request::RevokeCredential(Revocation { account_id, .. }) => {
                 Some(account_id)
             }
-            Request::Acquire(_) | Request::Consolidate(_) | Request::IssueCredential { .. } => None,
+            Request::Acquire(_) | Request::Consolidate(_) | Request::IssueCredential(_) => None,
         }
     }
 
@@ -120,9 +120,9 @@ impl Request<'_> {
         match self {
             Request::Acquire(Acquisition { account_id, .. })
             | Request::Consolidate(Consolidation { account_id, .. })
-            | Request::IssueCredential { account_id, .. } => account_id,
+            | Request::IssueCredential(NewCredential { account_id, .. }) => account_id,
             Request::Release(Release { lease_id, .. }) => lease_id,
-            Request::RevokeCredential { credential_id, .. } => credential_id,
+            Request::RevokeCredential(Revocation { credential_id, .. }) => credential_id,
         }
     }
 
@@ -141,10 +141,10 @@ impl Request<'_> {
                 }
                 canon.number(extra_units).duration(ttl);
             }
-            Request::IssueCredential { account_id, label } => {
+            Request::IssueCredential(NewCredential { account_id, label }) => {
                 canon.text(account_id).text(label);
             }
-            Request::RevokeCredential { credential_id, .. } => {
+            Request::RevokeCredential(Revocation { credential_id, .. }) => {
                 canon.text(credential_id);
             }
         }

@@ -28,14 +28,17 @@ pub use outbox::{
     AttemptResult, ClaimedDelivery, Delivery, DeliveryState, IssuedEndpoint, Outbox, OutboxCounts, WebhookEndpoint,
     WebhookKey, derive_entries, event_body, new_delivery_id, new_endpoint_id, new_rule_id, new_webhook_secret,
 };
-pub use requests::{Acquisition, Consolidation, DeliveryClaim, FinishedAttempt, NewEndpoint, Release, SecretRotation};
+pub use requests::{
+    Acquisition, Consolidation, Credit, DeliveryClaim, FinishedAttempt, LeaseListing, NewAlertRule, NewCredential,
+    NewEndpoint, Release, Revocation, SecretRotation,
+};
 pub use secrets::{new_capability, new_credential_id, new_credential_key, new_lease_id};
 
 use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use tollgate_core::{
-    Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, Lease, LeaseFilter, Page,
-    PageLimit, PageRequest, UnitDomain, UsageEvent, UsageQuery, UsageReport,
+    Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, Lease, Page, PageLimit,
+    PageRequest, UnitDomain, UsageEvent, UsageQuery, UsageReport,
 };
 
 /// Where usage goes. Implemented by every store and by the HTTP client, so that
@@ -64,13 +67,16 @@ pub trait Store: UsageSink + Outbox {
     /// Idempotent on `credit_id`: a replay with the same units returns the account
     /// with `created = false`; the same id with other units is `credit_conflict`.
     /// A credit that changes the counters is journaled at `now`.
+    async fn apply_credit(&self, credit: Credit<'_>, now: Timestamp) -> Result<CreditReceipt, Error>;
     async fn credit(
         &self,
         account_id: &str,
         credit_id: &str,
         units: u64,
         now: Timestamp,
-    ) -> Result<CreditReceipt, Error>;
+    ) -> Result<CreditReceipt, Error> {
+        self.apply_credit(Credit { account_id, credit_id, units }, now).await
+    }
     /// The five mutating operations below each have an `_idempotent` form taking
     /// an optional [`Idempotency`]. With one, the operation and its record are
     /// one atomic step: a retry with the same key and request answers with the
@@ -137,12 +143,11 @@ pub trait Store: UsageSink + Outbox {
     async fn issue_credential_idempotent(
         &self,
         idempotency: Option<&Idempotency>,
-        account_id: &str,
-        label: &str,
+        request: NewCredential<'_>,
         now: Timestamp,
     ) -> Result<IssuedCredential, Error>;
     async fn issue_credential(&self, account_id: &str, label: &str, now: Timestamp) -> Result<IssuedCredential, Error> {
-        self.issue_credential_idempotent(None, account_id, label, now).await
+        self.issue_credential_idempotent(None, NewCredential { account_id, label }, now).await
     }
     /// Looks the key up only under the account it names
     /// (`tollgate_core::route_credential_key`); a key that names no account,
@@ -154,8 +159,7 @@ pub trait Store: UsageSink + Outbox {
     async fn revoke_credential_idempotent(
         &self,
         idempotency: Option<&Idempotency>,
-        account_id: &str,
-        credential_id: &str,
+        request: Revocation<'_>,
         now: Timestamp,
     ) -> Result<Credential, Error>;
     async fn revoke_credential(
@@ -164,7 +168,7 @@ pub trait Store: UsageSink + Outbox {
         credential_id: &str,
         now: Timestamp,
     ) -> Result<Credential, Error> {
-        self.revoke_credential_idempotent(None, account_id, credential_id, now).await
+        self.revoke_credential_idempotent(None, Revocation { account_id, credential_id }, now).await
     }
 
     /// Deletes at most `limit` (and at most [`IDEMPOTENCY_PURGE_BATCH_MAX`])
@@ -185,15 +189,10 @@ pub trait Store: UsageSink + Outbox {
     /// (`tollgate_core::listings`). A cursor of another listing or prefix
     /// is `invalid_cursor`.
     async fn list_accounts(&self, prefix: &str, page: &PageRequest) -> Result<Page<AccountView>, Error>;
-    /// The leases of `account_id` that `filter` keeps, in `lease_id` order.
-    /// An unknown account is `account_not_found`; a cursor of another
-    /// listing, account or filter is `invalid_cursor`.
-    async fn list_leases(
-        &self,
-        account_id: &str,
-        filter: LeaseFilter,
-        page: &PageRequest,
-    ) -> Result<Page<Lease>, Error>;
+    /// The leases of `listing.account_id` that `listing.filter` keeps, in
+    /// `lease_id` order. An unknown account is `account_not_found`; a cursor
+    /// of another listing, account or filter is `invalid_cursor`.
+    async fn list_leases(&self, listing: LeaseListing<'_>) -> Result<Page<Lease>, Error>;
     /// The credentials of `account_id`, in `credential_id` order.
     async fn list_credentials(&self, account_id: &str, page: &PageRequest) -> Result<Page<Credential>, Error>;
     /// The credits of `account_id`, in `credit_id` order.

@@ -20,9 +20,9 @@ use tollgate_core::ids::validate_label;
 use tollgate_core::journal::{EntryIds, EntryKind};
 use tollgate_core::ledger::{self, LeaseState};
 use tollgate_core::{
-    Account, Credential, CreditEntry, Error, ExportQuery, GrantPolicy, KeyRoute, Lease, LeaseFilter, Page, PageLimit,
-    PageRequest, ReclaimPass, Secret, SecretHash, UnitDomain, UsageEvent, UsageQuery, UsageReport,
-    route_credential_key, validate_id,
+    Account, Credential, CreditEntry, Error, ExportQuery, GrantPolicy, KeyRoute, Lease, Page, PageLimit, PageRequest,
+    ReclaimPass, Secret, SecretHash, UnitDomain, UsageEvent, UsageQuery, UsageReport, route_credential_key,
+    validate_id,
 };
 
 use crate::Store;
@@ -31,7 +31,7 @@ use crate::model::{
     AccountView, CheckReport, Consolidated, CreditReceipt, IssuedCredential, IssuedLease, JournalPage, LeaseSummary,
     ReclaimReport, Released, SkippedLease, StorageStatus, Verification,
 };
-use crate::requests::{Acquisition, Consolidation, Release};
+use crate::requests::{Acquisition, Consolidation, Credit, LeaseListing, NewCredential, Release, Revocation};
 use crate::secrets::{new_capability, new_credential_id, new_credential_key};
 
 mod accounts;
@@ -306,13 +306,8 @@ impl Store for MemoryStore {
         state.view(account_id)
     }
 
-    async fn credit(
-        &self,
-        account_id: &str,
-        credit_id: &str,
-        units: u64,
-        now: Timestamp,
-    ) -> Result<CreditReceipt, Error> {
+    async fn apply_credit(&self, credit: Credit<'_>, now: Timestamp) -> Result<CreditReceipt, Error> {
+        let Credit { account_id, credit_id, units } = credit;
         validate_id("account_id", account_id)?;
         validate_id("credit_id", credit_id)?;
         let mut state = self.lock();
@@ -412,12 +407,12 @@ impl Store for MemoryStore {
     async fn issue_credential_idempotent(
         &self,
         idempotency: Option<&Idempotency>,
-        account_id: &str,
-        label: &str,
+        request: NewCredential<'_>,
         now: Timestamp,
     ) -> Result<IssuedCredential, Error> {
+        let NewCredential { account_id, label } = request;
         validate_label(label)?;
-        self.run(idempotency, Request::IssueCredential { account_id, label }, now, |state| {
+        self.run(idempotency, Request::IssueCredential(request), now, |state| {
             state.account(account_id)?;
             let key = new_credential_key(account_id);
             let credential = Credential::issued(new_credential_id(), account_id.to_owned(), label.to_owned(), now);
@@ -449,15 +444,14 @@ impl Store for MemoryStore {
     async fn revoke_credential_idempotent(
         &self,
         idempotency: Option<&Idempotency>,
-        account_id: &str,
-        credential_id: &str,
+        request: Revocation<'_>,
         now: Timestamp,
     ) -> Result<Credential, Error> {
-        self.run(idempotency, Request::RevokeCredential { account_id, credential_id }, now, |state| {
+        self.run(idempotency, Request::RevokeCredential(request), now, |state| {
             let record = state
                 .credentials
-                .get_mut(credential_id)
-                .filter(|record| record.credential.account_id == account_id)
+                .get_mut(request.credential_id)
+                .filter(|record| record.credential.account_id == request.account_id)
                 .ok_or(Error::CredentialNotFound)?;
             record.credential.revoke(now);
             Ok(record.credential.clone())
@@ -488,13 +482,8 @@ impl Store for MemoryStore {
         self.lock().accounts_page(prefix, page)
     }
 
-    async fn list_leases(
-        &self,
-        account_id: &str,
-        filter: LeaseFilter,
-        page: &PageRequest,
-    ) -> Result<Page<Lease>, Error> {
-        self.lock().leases_page(account_id, filter, page)
+    async fn list_leases(&self, listing: LeaseListing<'_>) -> Result<Page<Lease>, Error> {
+        self.lock().leases_page(listing)
     }
 
     async fn list_credentials(&self, account_id: &str, page: &PageRequest) -> Result<Page<Credential>, Error> {

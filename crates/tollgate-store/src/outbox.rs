@@ -22,11 +22,9 @@ use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use jiff::Timestamp;
 use serde_json::json;
 use tollgate_core::alerts::{Derived, EntryView, derive, endpoint_wants};
-use tollgate_core::{
-    AlertRule, COUNTER_NAMES, COUNTERS, Condition, Error, Event, EventType, Page, PageRequest, Secret,
-};
+use tollgate_core::{AlertRule, COUNTER_NAMES, COUNTERS, Error, Event, EventType, Page, PageRequest, Secret};
 
-use crate::requests::{DeliveryClaim, FinishedAttempt, NewEndpoint, SecretRotation};
+use crate::requests::{DeliveryClaim, FinishedAttempt, NewAlertRule, NewEndpoint, SecretRotation};
 
 /// A webhook endpoint: where events of its types are sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,14 +148,9 @@ pub struct OutboxCounts {
 /// contract on every store.
 #[async_trait]
 pub trait Outbox: Send + Sync {
-    /// A rule of `account_id`, judging the account's journal entries after
-    /// its current one. At most `RULES_PER_ACCOUNT_MAX` per account.
-    async fn create_alert_rule(
-        &self,
-        account_id: &str,
-        condition: Condition,
-        now: Timestamp,
-    ) -> Result<AlertRule, Error>;
+    /// A rule of `rule.account_id`, judging the account's journal entries
+    /// after its current one. At most `RULES_PER_ACCOUNT_MAX` per account.
+    async fn create_alert_rule(&self, rule: NewAlertRule<'_>, now: Timestamp) -> Result<AlertRule, Error>;
     /// The rules of `account_id`, oldest first.
     async fn alert_rules(&self, account_id: &str) -> Result<Vec<AlertRule>, Error>;
     async fn delete_alert_rule(&self, account_id: &str, rule_id: &str) -> Result<(), Error>;

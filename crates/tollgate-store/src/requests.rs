@@ -1,5 +1,7 @@
-//! What the allocator's three lease operations and the outbox's endpoint and
-//! delivery operations are asked, one value each.
+//! What the operations with several arguments are asked, one value each: the
+//! allocator's credit and lease operations, the lease listing, issuing and
+//! revoking a credential, and the outbox's alert rule, endpoint and delivery
+//! operations.
 //!
 //! Every layer an operation passes through (the trait, each store, the
 //! PostgreSQL store's task wrapper, its locked and unlocked paths, the keyed
@@ -8,10 +10,18 @@
 //! fingerprints exactly the value the store ran.
 
 use jiff::{SignedDuration, Timestamp};
-use tollgate_core::EventType;
+use tollgate_core::{Condition, EventType, LeaseFilter, PageRequest};
 
 use crate::model::LeaseHandle;
 use crate::outbox::AttemptResult;
+
+/// `units` of prepaid credit for `account_id`, applied once under `credit_id`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Credit<'a> {
+    pub account_id: &'a str,
+    pub credit_id: &'a str,
+    pub units: u64,
+}
 
 /// `units` for `ttl` out of the balance of `account_id`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,6 +47,35 @@ pub struct Consolidation<'a> {
     pub sources: &'a [LeaseHandle],
     pub extra_units: u64,
     pub ttl: SignedDuration,
+}
+
+/// One page of the leases of `account_id` that `filter` keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseListing<'a> {
+    pub account_id: &'a str,
+    pub filter: LeaseFilter,
+    pub page: &'a PageRequest,
+}
+
+/// A credential of `account_id` to issue, named `label`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewCredential<'a> {
+    pub account_id: &'a str,
+    pub label: &'a str,
+}
+
+/// The credential `credential_id` of `account_id`, to revoke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Revocation<'a> {
+    pub account_id: &'a str,
+    pub credential_id: &'a str,
+}
+
+/// An alert rule of `account_id`, watching `condition`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewAlertRule<'a> {
+    pub account_id: &'a str,
+    pub condition: Condition,
 }
 
 /// A webhook endpoint to create: where it is, what it wants, and its secret as

@@ -2,7 +2,9 @@
 //! nothing again; a key reused for another request changes nothing.
 
 use tollgate_core::{Error, LeaseState};
-use tollgate_store::{Acquisition, Consolidation, Idempotency, IdempotencyKey, Release, Store};
+use tollgate_store::{
+    Acquisition, Consolidation, Idempotency, IdempotencyKey, NewCredential, Release, Revocation, Store,
+};
 
 use super::T0;
 use crate::StoreFactory;
@@ -130,24 +132,27 @@ pub async fn keyed_release_and_consolidate_replay_without_settling_twice<F: Stor
 pub async fn keyed_credential_issue_and_revoke_replay<F: StoreFactory>(f: &F) {
     let s = funded_store(f, &[("acct", 0)]).await;
     let k = key("issue-key-0001");
-    let issued = s.issue_credential_idempotent(Some(&k), "acct", "edge", ts(T0)).await.unwrap();
-    let retry = s.issue_credential_idempotent(Some(&k), "acct", "edge", ts(T0 + 1)).await.unwrap();
+    let edge = NewCredential { account_id: "acct", label: "edge" };
+    let issued = s.issue_credential_idempotent(Some(&k), edge, ts(T0)).await.unwrap();
+    let retry = s.issue_credential_idempotent(Some(&k), edge, ts(T0 + 1)).await.unwrap();
     assert_eq!(retry, issued, "same credential id and key");
     let verdict = s.verify_credential(retry.key.expose()).await.unwrap();
     assert_eq!(verdict.credential_id.as_deref(), Some(issued.credential.credential_id.as_str()));
-    let reused = s.issue_credential_idempotent(Some(&k), "acct", "other", ts(T0 + 1)).await;
+    let reused = s.issue_credential_idempotent(Some(&k), NewCredential { label: "other", ..edge }, ts(T0 + 1)).await;
     assert_eq!(reused.unwrap_err(), Error::IdempotencyKeyReused);
 
     let id = &issued.credential.credential_id;
     let k = key("revoke-key-0001");
-    let revoked = s.revoke_credential_idempotent(Some(&k), "acct", id, ts(T0 + 10)).await.unwrap();
+    let revocation = Revocation { account_id: "acct", credential_id: id };
+    let revoked = s.revoke_credential_idempotent(Some(&k), revocation, ts(T0 + 10)).await.unwrap();
     assert_eq!(revoked.revoked_at, Some(ts(T0 + 10)));
-    let retry = s.revoke_credential_idempotent(Some(&k), "acct", id, ts(T0 + 20)).await.unwrap();
+    let retry = s.revoke_credential_idempotent(Some(&k), revocation, ts(T0 + 20)).await.unwrap();
     assert_eq!(retry, revoked);
     assert_eq!(s.credential("acct", id).await.unwrap(), revoked);
     // The same key on another credential is another scope.
     let second = s.issue_credential("acct", "second", ts(T0)).await.unwrap();
-    let other = s.revoke_credential_idempotent(Some(&k), "acct", &second.credential.credential_id, ts(T0 + 30)).await;
+    let revocation = Revocation { credential_id: &second.credential.credential_id, ..revocation };
+    let other = s.revoke_credential_idempotent(Some(&k), revocation, ts(T0 + 30)).await;
     assert_eq!(other.unwrap().revoked_at, Some(ts(T0 + 30)));
 }
 
@@ -167,7 +172,8 @@ pub async fn refused_keyed_requests_record_nothing<F: StoreFactory>(f: &F) {
     assert_eq!(granted.lease.granted, 10);
     let once = ledger! { credited: 10, available: 0, reserved: 10, next_fence: 2, active_leases: 1 };
     assert_ledger(&s, "acct", once).await;
-    let missing = s.revoke_credential_idempotent(Some(&k), "acct", "cred_missing", ts(T0)).await;
+    let missing = Revocation { account_id: "acct", credential_id: "cred_missing" };
+    let missing = s.revoke_credential_idempotent(Some(&k), missing, ts(T0)).await;
     assert_eq!(missing.unwrap_err(), Error::CredentialNotFound);
     let missing = s
         .release_idempotent(

@@ -5,7 +5,7 @@
 use std::future::Future;
 
 use tollgate_core::{Error, LeaseFilter, LeaseState, Page, PageLimit, PageRequest};
-use tollgate_store::Store;
+use tollgate_store::{LeaseListing, Store};
 
 use super::T0;
 use crate::StoreFactory;
@@ -42,8 +42,13 @@ async fn account_pages<S: Store>(s: &S, prefix: &str, rows: u32) -> Vec<Vec<Stri
         .await
 }
 
-async fn lease_pages<S: Store>(s: &S, account: &str, filter: LeaseFilter, rows: u32) -> Vec<Vec<String>> {
-    let fetch = |page| async move { s.list_leases(account, filter, &page).await };
+/// The page `page` of every lease of `account_id`.
+fn all_leases<'a>(account_id: &'a str, page: &'a PageRequest) -> LeaseListing<'a> {
+    LeaseListing { account_id, filter: LeaseFilter::All, page }
+}
+
+async fn lease_pages<S: Store>(s: &S, account_id: &str, filter: LeaseFilter, rows: u32) -> Vec<Vec<String>> {
+    let fetch = |page| async move { s.list_leases(LeaseListing { account_id, filter, page: &page }).await };
     pages(limit(rows), fetch, |lease: &tollgate_core::Lease| lease.lease_id.clone()).await
 }
 
@@ -118,11 +123,11 @@ pub async fn leases_are_listed_by_id_and_filtered_by_state<F: StoreFactory>(f: &
     assert_eq!(lease_pages(&s, "a", reclaimed, 2).await, vec![Vec::<String>::new()]);
     assert_eq!(lease_pages(&s, "empty", LeaseFilter::All, 2).await, vec![Vec::<String>::new()]);
 
-    let page = s.list_leases("a", LeaseFilter::All, &PageRequest::default()).await.unwrap();
+    let page = s.list_leases(all_leases("a", &PageRequest::default())).await.unwrap();
     for lease in &page.items {
         assert_eq!(lease, &s.lease("a", &lease.lease_id).await.unwrap());
     }
-    let unknown = s.list_leases("ghost", LeaseFilter::All, &PageRequest::default()).await;
+    let unknown = s.list_leases(all_leases("ghost", &PageRequest::default())).await;
     assert_eq!(unknown.unwrap_err(), Error::AccountNotFound);
     assert_ledger(&s, "a", ledger! { credited: 100, available: 70, reserved: 30, next_fence: 6, active_leases: 3 })
         .await;
@@ -184,20 +189,20 @@ pub async fn cursors_are_refused_across_listings_accounts_and_filters<F: StoreFa
     }
     let one = PageRequest::first(limit(1));
     let after = |page: Option<String>| PageRequest::after(page.expect("a next page"), limit(1));
-    let leases = after(s.list_leases("a", LeaseFilter::All, &one).await.unwrap().next_cursor);
+    let leases = after(s.list_leases(all_leases("a", &one)).await.unwrap().next_cursor);
     let credentials = after(s.list_credentials("a", &one).await.unwrap().next_cursor);
     let credits = after(s.list_credits("a", &one).await.unwrap().next_cursor);
     let accounts = after(s.list_accounts("", &one).await.unwrap().next_cursor);
     let active = LeaseFilter::State(LeaseState::Active);
 
-    assert!(s.list_leases("a", LeaseFilter::All, &leases).await.is_ok());
+    assert!(s.list_leases(all_leases("a", &leases)).await.is_ok());
     assert!(s.list_credentials("a", &credentials).await.is_ok());
     assert!(s.list_credits("a", &credits).await.is_ok());
     assert!(s.list_accounts("", &accounts).await.is_ok());
     let refused = [
-        s.list_leases("b", LeaseFilter::All, &leases).await.map(|_| ()),
-        s.list_leases("a", active, &leases).await.map(|_| ()),
-        s.list_leases("a", LeaseFilter::All, &credentials).await.map(|_| ()),
+        s.list_leases(all_leases("b", &leases)).await.map(|_| ()),
+        s.list_leases(LeaseListing { filter: active, ..all_leases("a", &leases) }).await.map(|_| ()),
+        s.list_leases(all_leases("a", &credentials)).await.map(|_| ()),
         s.list_credentials("b", &credentials).await.map(|_| ()),
         s.list_credentials("a", &credits).await.map(|_| ()),
         s.list_credits("b", &credits).await.map(|_| ()),
@@ -211,7 +216,7 @@ pub async fn cursors_are_refused_across_listings_accounts_and_filters<F: StoreFa
     for garbage in ["", "garbage", "c1.00", "c1.zz.61"] {
         let request = PageRequest::after(garbage, limit(1));
         assert_eq!(s.list_accounts("", &request).await.unwrap_err(), Error::InvalidCursor, "{garbage}");
-        let leases = s.list_leases("a", LeaseFilter::All, &request).await;
+        let leases = s.list_leases(all_leases("a", &request)).await;
         assert_eq!(leases.unwrap_err(), Error::InvalidCursor, "{garbage}");
     }
     assert_ledger(&s, "a", ledger! { credited: 101, available: 99, reserved: 2, next_fence: 3, active_leases: 2 })
@@ -233,7 +238,7 @@ pub async fn rows_inserted_between_pages_are_neither_skipped_nor_repeated<F: Sto
     for credit_id in ["c2", "c4", "c6"] {
         s.credit("k04", credit_id, 1, jiff::Timestamp::UNIX_EPOCH).await.unwrap();
     }
-    let before = s.list_leases("k02", LeaseFilter::All, &PageRequest::default()).await.unwrap();
+    let before = s.list_leases(all_leases("k02", &PageRequest::default())).await.unwrap();
     let before: Vec<String> = before.items.iter().map(|l| l.lease_id.clone()).collect();
 
     let mut seen = Vec::new();
@@ -263,7 +268,7 @@ pub async fn rows_inserted_between_pages_are_neither_skipped_nor_repeated<F: Sto
     let mut seen = Vec::new();
     let mut request = PageRequest::first(limit(2));
     loop {
-        let page = s.list_leases("k02", LeaseFilter::All, &request).await.unwrap();
+        let page = s.list_leases(all_leases("k02", &request)).await.unwrap();
         seen.extend(page.items.iter().map(|l| l.lease_id.clone()));
         s.acquire("k02", 1, secs(60), now).await.unwrap();
         match page.next_cursor {

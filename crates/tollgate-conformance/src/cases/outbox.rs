@@ -7,8 +7,8 @@ use serde_json::Value;
 use tollgate_core::alerts::{ENDPOINTS_MAX, RULES_PER_ACCOUNT_MAX};
 use tollgate_core::{Condition, Error, EventType, PageLimit, PageRequest};
 use tollgate_store::{
-    AttemptResult, ClaimedDelivery, DeliveryClaim, DeliveryState, FinishedAttempt, NewEndpoint, Outbox, SecretRotation,
-    Store, UsageSink,
+    AttemptResult, ClaimedDelivery, DeliveryClaim, DeliveryState, FinishedAttempt, NewAlertRule, NewEndpoint, Outbox,
+    SecretRotation, Store, UsageSink,
 };
 
 use super::T0;
@@ -32,6 +32,11 @@ async fn derive_all<S: Store>(s: &S) {
 /// passing over no endpoint.
 fn claim(limit: u32, claim_for: SignedDuration) -> DeliveryClaim<'static> {
     DeliveryClaim { limit, claim_for, skip: &[] }
+}
+
+/// A rule of `account_id` watching `condition`.
+fn alert_rule(account_id: &str, condition: Condition) -> NewAlertRule<'_> {
+    NewAlertRule { account_id, condition }
 }
 
 /// The result of attempt `attempt` of delivery `delivery_id`.
@@ -69,7 +74,7 @@ async fn endpoint<S: Store>(s: &S, url: &str, types: &[EventType]) -> String {
 pub async fn a_balance_rule_fires_once_per_crossing_and_recovers<F: StoreFactory>(f: &F) {
     let s = f.create(with_grace(secs(1))).await;
     funded(&s, "acct", 1_000).await;
-    let rule = s.create_alert_rule("acct", Condition::AvailableBelow { units: 100 }, t(1)).await.unwrap();
+    let rule = s.create_alert_rule(alert_rule("acct", Condition::AvailableBelow { units: 100 }), t(1)).await.unwrap();
     endpoint(&s, "http://127.0.0.1:9/hook", &[EventType::BalanceThresholdCrossed, EventType::BalanceRecovered]).await;
     let big = s.acquire("acct", 850, secs(60), t(2)).await.unwrap();
     s.acquire("acct", 100, secs(60), t(3)).await.unwrap();
@@ -97,8 +102,8 @@ pub async fn a_balance_rule_fires_once_per_crossing_and_recovers<F: StoreFactory
 pub async fn percent_and_overage_rules_cross_at_their_bounds<F: StoreFactory>(f: &F) {
     let s = f.create(with_grace(secs(1))).await;
     funded(&s, "acct", 1_000).await;
-    s.create_alert_rule("acct", Condition::AvailableBelowPercent { percent: 10 }, t(1)).await.unwrap();
-    s.create_alert_rule("acct", Condition::OverageAbove { units: 5 }, t(1)).await.unwrap();
+    s.create_alert_rule(alert_rule("acct", Condition::AvailableBelowPercent { percent: 10 }), t(1)).await.unwrap();
+    s.create_alert_rule(alert_rule("acct", Condition::OverageAbove { units: 5 }), t(1)).await.unwrap();
     endpoint(&s, "https://example.com/a", &EventType::ALL).await;
     s.acquire("acct", 900, secs(60), t(2)).await.unwrap();
     s.acquire("acct", 1, secs(60), t(3)).await.unwrap();
@@ -119,7 +124,7 @@ pub async fn a_rule_judges_only_changes_after_its_creation<F: StoreFactory>(f: &
     funded(&s, "acct", 1_000).await;
     endpoint(&s, "https://example.com/a", &[EventType::BalanceThresholdCrossed]).await;
     s.acquire("acct", 950, secs(60), t(1)).await.unwrap();
-    s.create_alert_rule("acct", Condition::AvailableBelow { units: 100 }, t(2)).await.unwrap();
+    s.create_alert_rule(alert_rule("acct", Condition::AvailableBelow { units: 100 }), t(2)).await.unwrap();
     s.acquire("acct", 10, secs(60), t(3)).await.unwrap();
     assert!(claim_all(&s).await.is_empty());
     s.credit("acct", "top-up", 100, t(4)).await.unwrap();
@@ -161,7 +166,7 @@ pub async fn credits_and_reclaims_reach_the_endpoints_that_want_them<F: StoreFac
 pub async fn a_refusal_rule_fires_once_until_available_rises<F: StoreFactory>(f: &F) {
     let s = f.create(with_grace(secs(1))).await;
     funded(&s, "acct", 10).await;
-    s.create_alert_rule("acct", Condition::AcquireRefused, t(1)).await.unwrap();
+    s.create_alert_rule(alert_rule("acct", Condition::AcquireRefused), t(1)).await.unwrap();
     endpoint(&s, "https://example.com/a", &[EventType::AcquireRefused]).await;
     assert_eq!(s.note_refusal("acct", t(2)).await.unwrap(), 1);
     assert_eq!(s.note_refusal("acct", t(3)).await.unwrap(), 0);
@@ -264,14 +269,14 @@ pub async fn a_rotated_secret_signs_until_its_overlap_ends<F: StoreFactory>(f: &
 pub async fn rules_and_endpoints_are_validated_bounded_and_deleted<F: StoreFactory>(f: &F) {
     let s = f.create(with_grace(secs(1))).await;
     funded(&s, "acct", 1_000).await;
-    let rule = Condition::AvailableBelow { units: 10 };
-    assert_eq!(s.create_alert_rule("nobody", rule, t(1)).await, Err(Error::AccountNotFound));
+    let below = Condition::AvailableBelow { units: 10 };
+    assert_eq!(s.create_alert_rule(alert_rule("nobody", below), t(1)).await, Err(Error::AccountNotFound));
     assert_eq!(s.alert_rules("nobody").await, Err(Error::AccountNotFound));
     let mut ids = Vec::new();
     for i in 0..RULES_PER_ACCOUNT_MAX {
-        ids.push(s.create_alert_rule("acct", rule, t(i as i128)).await.unwrap().rule_id);
+        ids.push(s.create_alert_rule(alert_rule("acct", below), t(i as i128)).await.unwrap().rule_id);
     }
-    let over = s.create_alert_rule("acct", rule, t(99)).await;
+    let over = s.create_alert_rule(alert_rule("acct", below), t(99)).await;
     assert_eq!(over, Err(Error::TooManyRules { max: RULES_PER_ACCOUNT_MAX }));
     let listed: Vec<String> = s.alert_rules("acct").await.unwrap().into_iter().map(|r| r.rule_id).collect();
     assert_eq!(listed, ids);
@@ -372,8 +377,8 @@ pub async fn refused_and_rolled_back_changes_emit_nothing<F: StoreFactory>(f: &F
     let s = f.create(with_grace(secs(1))).await;
     let max = s.unit_domain().max();
     funded(&s, "acct", 10).await;
-    s.create_alert_rule("acct", Condition::OverageAbove { units: 0 }, t(1)).await.unwrap();
-    s.create_alert_rule("acct", Condition::AvailableBelow { units: 5 }, t(1)).await.unwrap();
+    s.create_alert_rule(alert_rule("acct", Condition::OverageAbove { units: 0 }), t(1)).await.unwrap();
+    s.create_alert_rule(alert_rule("acct", Condition::AvailableBelow { units: 5 }), t(1)).await.unwrap();
     endpoint(&s, "https://example.com/a", &EventType::ALL).await;
     let cred = credential(&s, "acct", t(2)).await;
     assert!(matches!(s.credit("acct", "seed-acct", 11, t(3)).await, Err(Error::CreditConflict { .. })));

@@ -3,7 +3,7 @@
 //! changes; a key whose account part was altered is unknown.
 
 use tollgate_core::{Error, LeaseState};
-use tollgate_store::{Idempotency, IdempotencyKey, Release, Store};
+use tollgate_store::{Idempotency, IdempotencyKey, Release, Revocation, Store};
 
 use super::T0;
 use crate::StoreFactory;
@@ -74,7 +74,8 @@ pub async fn a_credential_under_another_account_is_not_found_and_stays_valid<F: 
     for account in ["b", "ghost"] {
         assert_eq!(s.credential(account, id).await.unwrap_err(), Error::CredentialNotFound, "{account}");
         assert_eq!(s.revoke_credential(account, id, now).await.unwrap_err(), Error::CredentialNotFound);
-        let keyed = s.revoke_credential_idempotent(Some(&key("wrong-account-2")), account, id, now).await;
+        let elsewhere = Revocation { account_id: account, credential_id: id };
+        let keyed = s.revoke_credential_idempotent(Some(&key("wrong-account-2")), elsewhere, now).await;
         assert_eq!(keyed.unwrap_err(), Error::CredentialNotFound, "{account}");
     }
     assert_eq!(s.credential("a", id).await.unwrap(), issued.credential);

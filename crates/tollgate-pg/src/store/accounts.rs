@@ -5,7 +5,7 @@ use jiff::Timestamp;
 use sqlx::{FromRow, PgConnection};
 use tollgate_core::journal::EntryKind;
 use tollgate_core::{Account, Change, EntryIds, Error, InstantPair, Lease, validate_id};
-use tollgate_store::{AccountView, CreditReceipt, LeaseSummary};
+use tollgate_store::{AccountView, Credit, CreditReceipt, LeaseSummary};
 
 use super::errors::{corrupt, db_i64, db_i64_delta, storable, storage_error};
 use super::load::{lock_account, one_row};
@@ -36,13 +36,8 @@ impl Engine {
         Ok(view_of(account, 0))
     }
 
-    pub(super) async fn credit_once(
-        &self,
-        account_id: &str,
-        credit_id: &str,
-        units: u64,
-        now: Timestamp,
-    ) -> Result<CreditReceipt, Error> {
+    pub(super) async fn credit_once(&self, credit: Credit<'_>, now: Timestamp) -> Result<CreditReceipt, Error> {
+        let Credit { account_id, credit_id, units } = credit;
         validate_id("account_id", account_id)?;
         validate_id("credit_id", credit_id)?;
         self.transaction(async |tx: &mut PgConnection| -> Result<CreditReceipt, Error> {

@@ -22,13 +22,13 @@ use async_trait::async_trait;
 use jiff::Timestamp;
 use tokio::sync::watch;
 use tollgate_core::{
-    Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, Lease, LeaseFilter, Page,
-    PageLimit, PageRequest, UnitDomain, UsageEvent, UsageQuery, UsageReport,
+    Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, Lease, Page, PageLimit,
+    PageRequest, UnitDomain, UsageEvent, UsageQuery, UsageReport,
 };
 use tollgate_store::{
-    AccountView, Acquisition, CheckReport, Consolidated, Consolidation, CreditReceipt, Idempotency, IssuedCredential,
-    IssuedLease, JournalPage, LeaseSummary, ReclaimReport, Release, Released, StorageStatus, Store, UnlockedCounts,
-    UsageSink, Verification,
+    AccountView, Acquisition, CheckReport, Consolidated, Consolidation, Credit, CreditReceipt, Idempotency,
+    IssuedCredential, IssuedLease, JournalPage, LeaseListing, LeaseSummary, NewCredential, ReclaimReport, Release,
+    Released, Revocation, StorageStatus, Store, UnlockedCounts, UsageSink, Verification,
 };
 
 use super::{Engine, PostgresStore};
@@ -139,14 +139,8 @@ impl Store for PostgresStore {
         self.complete(move |e| async move { e.create_account(&account_id).await }).await
     }
 
-    async fn credit(
-        &self,
-        account_id: &str,
-        credit_id: &str,
-        units: u64,
-        now: Timestamp,
-    ) -> Result<CreditReceipt, Error> {
-        let (account_id, credit_id) = (account_id.to_owned(), credit_id.to_owned());
+    async fn apply_credit(&self, credit: Credit<'_>, now: Timestamp) -> Result<CreditReceipt, Error> {
+        let (account_id, credit_id, units) = (credit.account_id.to_owned(), credit.credit_id.to_owned(), credit.units);
         self.complete(move |e| async move { e.credit(&account_id, &credit_id, units, now).await }).await
     }
 
@@ -207,13 +201,14 @@ impl Store for PostgresStore {
     async fn issue_credential_idempotent(
         &self,
         idempotency: Option<&Idempotency>,
-        account_id: &str,
-        label: &str,
+        request: NewCredential<'_>,
         now: Timestamp,
     ) -> Result<IssuedCredential, Error> {
+        let NewCredential { account_id, label } = request;
         let (idempotency, account_id, label) = (idempotency.cloned(), account_id.to_owned(), label.to_owned());
         self.complete(move |e| async move {
-            e.issue_credential_idempotent(idempotency.as_ref(), &account_id, &label, now).await
+            let request = NewCredential { account_id: &account_id, label: &label };
+            e.issue_credential_idempotent(idempotency.as_ref(), request, now).await
         })
         .await
     }
@@ -226,14 +221,14 @@ impl Store for PostgresStore {
     async fn revoke_credential_idempotent(
         &self,
         idempotency: Option<&Idempotency>,
-        account_id: &str,
-        credential_id: &str,
+        request: Revocation<'_>,
         now: Timestamp,
     ) -> Result<Credential, Error> {
         let (idempotency, account_id, credential_id) =
-            (idempotency.cloned(), account_id.to_owned(), credential_id.to_owned());
+            (idempotency.cloned(), request.account_id.to_owned(), request.credential_id.to_owned());
         self.complete(move |e| async move {
-            e.revoke_credential_idempotent(idempotency.as_ref(), &account_id, &credential_id, now).await
+            let request = Revocation { account_id: &account_id, credential_id: &credential_id };
+            e.revoke_credential_idempotent(idempotency.as_ref(), request, now).await
         })
         .await
     }
@@ -262,14 +257,13 @@ impl Store for PostgresStore {
         self.complete(move |e| async move { e.list_accounts(&prefix, &page).await }).await
     }
 
-    async fn list_leases(
-        &self,
-        account_id: &str,
-        filter: LeaseFilter,
-        page: &PageRequest,
-    ) -> Result<Page<Lease>, Error> {
+    async fn list_leases(&self, listing: LeaseListing<'_>) -> Result<Page<Lease>, Error> {
+        let LeaseListing { account_id, filter, page } = listing;
         let (account_id, page) = (account_id.to_owned(), page.clone());
-        self.complete(move |e| async move { e.list_leases(&account_id, filter, &page).await }).await
+        self.complete(move |e| async move {
+            e.list_leases(LeaseListing { account_id: &account_id, filter, page: &page }).await
+        })
+        .await
     }
 
     async fn list_credentials(&self, account_id: &str, page: &PageRequest) -> Result<Page<Credential>, Error> {

@@ -4,7 +4,10 @@ use jiff::Timestamp;
 use sqlx::PgConnection;
 use tollgate_core::ids::validate_label;
 use tollgate_core::{Credential, Error, InstantPair, KeyRoute, SecretHash, route_credential_key};
-use tollgate_store::{Idempotency, IssuedCredential, Request, Verification, new_credential_id, new_credential_key};
+use tollgate_store::{
+    Idempotency, IssuedCredential, NewCredential, Request, Revocation, Verification, new_credential_id,
+    new_credential_key,
+};
 
 use super::Engine;
 use super::errors::{storable, storage_error};
@@ -17,10 +20,10 @@ use super::sql::{
 
 pub(super) async fn insert_credential(
     conn: &mut PgConnection,
-    account_id: &str,
-    label: &str,
+    request: NewCredential<'_>,
     now: Timestamp,
 ) -> Result<IssuedCredential, Error> {
+    let NewCredential { account_id, label } = request;
     let key = new_credential_key(account_id);
     let credential = Credential::issued(new_credential_id(), account_id.to_owned(), label.to_owned(), now);
     let created = InstantPair::encode(now);
@@ -44,18 +47,17 @@ pub(super) async fn insert_credential(
 /// revocation time.
 pub(super) async fn revoke_locked(
     conn: &mut PgConnection,
-    account_id: &str,
-    credential_id: &str,
+    request: Revocation<'_>,
     now: Timestamp,
 ) -> Result<Credential, Error> {
-    let query = sqlx::query_as(LOCK_CREDENTIAL_SQL).bind(account_id).bind(credential_id);
+    let query = sqlx::query_as(LOCK_CREDENTIAL_SQL).bind(request.account_id).bind(request.credential_id);
     let row: CredentialRow = one_row(query, &mut *conn, Error::CredentialNotFound).await?;
     let mut credential = row.decode()?.credential;
     credential.revoke(now);
     let revoked = credential.revoked_at.map(InstantPair::encode);
     sqlx::query(REVOKE_CREDENTIAL_SQL)
-        .bind(account_id)
-        .bind(credential_id)
+        .bind(request.account_id)
+        .bind(request.credential_id)
         .bind(revoked.map(|p| p.floor_us))
         .bind(revoked.map(|p| p.submicro_ns))
         .execute(conn)
@@ -68,22 +70,20 @@ impl Engine {
     pub(super) async fn issue_credential(
         &self,
         idempotency: Option<&Idempotency>,
-        account_id: &str,
-        label: &str,
+        request: NewCredential<'_>,
         now: Timestamp,
     ) -> Result<IssuedCredential, Error> {
-        validate_label(label)?;
+        validate_label(request.label)?;
         // PostgreSQL text cannot hold NUL; such a label is not storable here.
-        if !storable(label) {
+        if !storable(request.label) {
             return Err(Error::InvalidLabel);
         }
-        if !storable(account_id) {
+        if !storable(request.account_id) {
             return Err(Error::AccountNotFound);
         }
-        let operation = async |conn: &mut PgConnection| insert_credential(conn, account_id, label, now).await;
+        let operation = async |conn: &mut PgConnection| insert_credential(conn, request, now).await;
         if let Some(idempotency) = idempotency {
-            let request = Request::IssueCredential { account_id, label };
-            return self.keyed(idempotency, request, now, operation).await;
+            return self.keyed(idempotency, Request::IssueCredential(request), now, operation).await;
         }
         let mut conn = self.pool.acquire().await.map_err(storage_error)?;
         operation(&mut conn).await
@@ -124,17 +124,15 @@ impl Engine {
     pub(super) async fn revoke(
         &self,
         idempotency: Option<&Idempotency>,
-        account_id: &str,
-        credential_id: &str,
+        request: Revocation<'_>,
         now: Timestamp,
     ) -> Result<Credential, Error> {
-        if !storable(account_id) || !storable(credential_id) {
+        if !storable(request.account_id) || !storable(request.credential_id) {
             return Err(Error::CredentialNotFound);
         }
-        let operation = async |conn: &mut PgConnection| revoke_locked(conn, account_id, credential_id, now).await;
+        let operation = async |conn: &mut PgConnection| revoke_locked(conn, request, now).await;
         if let Some(idempotency) = idempotency {
-            let request = Request::RevokeCredential { account_id, credential_id };
-            return self.keyed(idempotency, request, now, operation).await;
+            return self.keyed(idempotency, Request::RevokeCredential(request), now, operation).await;
         }
         self.transaction(operation).await
     }

@@ -6,8 +6,8 @@
 
 use sqlx::FromRow;
 use tollgate_core::listings::account_prefix_can_match;
-use tollgate_core::{Credential, CreditEntry, Error, Lease, LeaseFilter, Listing, Page, PageRequest};
-use tollgate_store::AccountView;
+use tollgate_core::{Credential, CreditEntry, Error, Lease, Listing, Page, PageRequest};
+use tollgate_store::{AccountView, LeaseListing};
 
 use super::Engine;
 use super::errors::{corrupt, db_i64, storable, storage_error};
@@ -79,12 +79,8 @@ impl Engine {
         Ok(listing.page(views, account_key))
     }
 
-    pub(super) async fn leases_page(
-        &self,
-        account_id: &str,
-        filter: LeaseFilter,
-        page: &PageRequest,
-    ) -> Result<Page<Lease>, Error> {
+    pub(super) async fn leases_page(&self, request: LeaseListing<'_>) -> Result<Page<Lease>, Error> {
+        let LeaseListing { account_id, filter, page } = request;
         let listing = Listing::leases(account_id, filter, page)?;
         if !storable(account_id) {
             return Err(Error::AccountNotFound);

@@ -61,13 +61,13 @@ use async_trait::async_trait;
 use jiff::Timestamp;
 use sqlx::{PgConnection, PgPool};
 use tollgate_core::{
-    Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, InstantPair, Lease,
-    LeaseFilter, Page, PageLimit, PageRequest, ReclaimPass, UnitDomain, UsageEvent, UsageQuery, UsageReport,
+    Credential, CreditEntry, Error, EventOutcome, ExportQuery, GrantPolicy, IngestError, InstantPair, Lease, Page,
+    PageLimit, PageRequest, ReclaimPass, UnitDomain, UsageEvent, UsageQuery, UsageReport,
 };
 use tollgate_store::{
-    AccountView, Acquisition, CheckReport, Consolidated, Consolidation, CreditReceipt, Idempotency, IssuedCredential,
-    IssuedLease, JournalPage, LeaseSummary, ReclaimReport, Release, Released, Request, StorageStatus, Store,
-    UnlockedCounts, UnlockedOperation, UsageSink, Verification,
+    AccountView, Acquisition, CheckReport, Consolidated, Consolidation, Credit, CreditReceipt, Idempotency,
+    IssuedCredential, IssuedLease, JournalPage, LeaseListing, LeaseSummary, NewCredential, ReclaimReport, Release,
+    Released, Request, Revocation, StorageStatus, Store, UnlockedCounts, UnlockedOperation, UsageSink, Verification,
 };
 
 pub use connect::{ConnectError, PgStoreConfig, connect_pool};
@@ -253,14 +253,8 @@ impl Store for Engine {
         self.create(account_id).await
     }
 
-    async fn credit(
-        &self,
-        account_id: &str,
-        credit_id: &str,
-        units: u64,
-        now: Timestamp,
-    ) -> Result<CreditReceipt, Error> {
-        self.credit_once(account_id, credit_id, units, now).await
+    async fn apply_credit(&self, credit: Credit<'_>, now: Timestamp) -> Result<CreditReceipt, Error> {
+        self.credit_once(credit, now).await
     }
 
     async fn acquire_idempotent(
@@ -324,11 +318,10 @@ impl Store for Engine {
     async fn issue_credential_idempotent(
         &self,
         idempotency: Option<&Idempotency>,
-        account_id: &str,
-        label: &str,
+        request: NewCredential<'_>,
         now: Timestamp,
     ) -> Result<IssuedCredential, Error> {
-        self.issue_credential(idempotency, account_id, label, now).await
+        self.issue_credential(idempotency, request, now).await
     }
 
     async fn verify_credential(&self, key: &str) -> Result<Verification, Error> {
@@ -338,11 +331,10 @@ impl Store for Engine {
     async fn revoke_credential_idempotent(
         &self,
         idempotency: Option<&Idempotency>,
-        account_id: &str,
-        credential_id: &str,
+        request: Revocation<'_>,
         now: Timestamp,
     ) -> Result<Credential, Error> {
-        self.revoke(idempotency, account_id, credential_id, now).await
+        self.revoke(idempotency, request, now).await
     }
 
     async fn purge_idempotency(&self, now: Timestamp, limit: u32) -> Result<u32, Error> {
@@ -373,13 +365,8 @@ impl Store for Engine {
         self.accounts_page(prefix, page).await
     }
 
-    async fn list_leases(
-        &self,
-        account_id: &str,
-        filter: LeaseFilter,
-        page: &PageRequest,
-    ) -> Result<Page<Lease>, Error> {
-        self.leases_page(account_id, filter, page).await
+    async fn list_leases(&self, listing: LeaseListing<'_>) -> Result<Page<Lease>, Error> {
+        self.leases_page(listing).await
     }
 
     async fn list_credentials(&self, account_id: &str, page: &PageRequest) -> Result<Page<Credential>, Error> {

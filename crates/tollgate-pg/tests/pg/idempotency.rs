@@ -9,7 +9,7 @@ use sqlx::PgPool;
 use tollgate_core::{GrantPolicy, SecretHash};
 use tollgate_pg::PostgresStore;
 use tollgate_pg::testing::TestDb;
-use tollgate_store::{Acquisition, Idempotency, IdempotencyKey, Release, Store};
+use tollgate_store::{Acquisition, Idempotency, IdempotencyKey, NewCredential, Release, Store};
 
 use crate::fixtures;
 
@@ -139,7 +139,8 @@ async fn stored_records_reveal_no_secret_and_refusals_store_nothing() {
         )
         .await
         .expect("acquired");
-    let issued = s.issue_credential_idempotent(Some(&key("issue-1")), "acct", "edge", ts(T0)).await.expect("issued");
+    let edge = NewCredential { account_id: "acct", label: "edge" };
+    let issued = s.issue_credential_idempotent(Some(&key("issue-1")), edge, ts(T0)).await.expect("issued");
     let released = s
         .release_idempotent(
             Some(&key("release-1")),

@@ -14,7 +14,9 @@ use serde_json::Value;
 use tollgate_core::{Condition, EventType, GrantPolicy, PageRequest};
 use tollgate_pg::PostgresStore;
 use tollgate_pg::testing::TestDb;
-use tollgate_store::{AttemptResult, DeliveryClaim, DeliveryState, FinishedAttempt, NewEndpoint, Outbox, Store};
+use tollgate_store::{
+    AttemptResult, DeliveryClaim, DeliveryState, FinishedAttempt, NewAlertRule, NewEndpoint, Outbox, Store,
+};
 
 use crate::fixtures::migrated_through;
 
@@ -142,7 +144,8 @@ async fn two_servers_deriving_at_once_derive_each_entry_once() {
     for a in 0..12 {
         let account_id = format!("acct-{a}");
         one.create_account(&account_id).await.expect("account");
-        one.create_alert_rule(&account_id, Condition::AvailableBelow { units: 25 }, ts(0)).await.expect("rule");
+        let rule = NewAlertRule { account_id: &account_id, condition: Condition::AvailableBelow { units: 25 } };
+        one.create_alert_rule(rule, ts(0)).await.expect("rule");
     }
     // A new account's balance is below the threshold; the third credit of
     // each account (20 -> 30) recovers it, and every credit is received.
@@ -239,7 +242,8 @@ async fn a_refusal_sees_a_rearming_entry_not_yet_derived() {
     let (one, _two) = two_servers().await;
     endpoint(&one, "https://example.com/a", &[EventType::AcquireRefused]).await;
     one.create_account("acct").await.expect("account");
-    one.create_alert_rule("acct", Condition::AcquireRefused, ts(0)).await.expect("rule");
+    let rule = NewAlertRule { account_id: "acct", condition: Condition::AcquireRefused };
+    one.create_alert_rule(rule, ts(0)).await.expect("rule");
     assert_eq!(one.note_refusal("acct", ts(1)).await.expect("refusal"), 1);
     assert_eq!(one.note_refusal("acct", ts(2)).await.expect("refusal"), 0);
     one.credit("acct", "c1", 5, ts(3)).await.expect("credit");
@@ -297,7 +301,8 @@ async fn late_derivation_judges_entries_by_the_rules_and_endpoints_of_their_time
     let early = endpoint(&s, "https://example.com/early", &EventType::ALL).await;
     s.create_account("acct").await.expect("account");
     s.credit("acct", "c1", 100, ts(1)).await.expect("credit");
-    let rule = s.create_alert_rule("acct", Condition::AvailableBelow { units: 50 }, ts(2)).await.expect("rule");
+    let request = NewAlertRule { account_id: "acct", condition: Condition::AvailableBelow { units: 50 } };
+    let rule = s.create_alert_rule(request, ts(2)).await.expect("rule");
     s.acquire("acct", 60, SignedDuration::from_secs(60), ts(3)).await.expect("acquire");
     s.delete_alert_rule("acct", &rule.rule_id).await.expect("deleted");
     assert!(s.alert_rules("acct").await.expect("rules").is_empty());

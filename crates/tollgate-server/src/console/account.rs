@@ -9,6 +9,7 @@ use maud::{Markup, html};
 use tollgate_core::{
     Account, AlertRule, Credential, CreditEntry, Lease, LeaseFilter, LeaseState, PageLimit, PageRequest,
 };
+use tollgate_store::LeaseListing;
 
 use super::extract::{Change, Signed, failure, refusal};
 use super::layout::{account_path, duration, page, segment, time_element};
@@ -46,7 +47,7 @@ async fn read(state: &AppState, account_id: &str, choice: &usage::Choice) -> Res
     let (store, page) = (state.store(), first_page());
     let (account, leases, credentials, credits, rules, usage) = tokio::join!(
         store.account(account_id),
-        store.list_leases(account_id, LeaseFilter::State(LeaseState::Active), &page),
+        store.list_leases(LeaseListing { account_id, filter: LeaseFilter::State(LeaseState::Active), page: &page }),
         store.list_credentials(account_id, &page),
         store.list_credits(account_id, &page),
         store.alert_rules(account_id),

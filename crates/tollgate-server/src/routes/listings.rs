@@ -9,6 +9,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use tollgate_api::{AccountBody, CredentialBody, CreditBody, ErrorBody, LeaseBody, PageBody};
 use tollgate_core::LeaseFilter;
+use tollgate_store::LeaseListing;
 
 use super::params::AccountPath;
 use super::reads::read_route;
@@ -75,7 +76,7 @@ pub(crate) async fn list_leases(
     let query = query.only(&["state", "cursor", "limit"])?;
     let filter = LeaseFilter::parse(query.get("state"))?;
     let page = query.page()?;
-    let leases = state.store().list_leases(&account_id, filter, &page).await?;
+    let leases = state.store().list_leases(LeaseListing { account_id: &account_id, filter, page: &page }).await?;
     json(StatusCode::OK, PageBody::<LeaseBody>::of(&leases))
 }
 

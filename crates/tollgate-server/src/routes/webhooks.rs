@@ -15,7 +15,7 @@ use tollgate_api::{
 };
 use tollgate_core::alerts::validate_url;
 use tollgate_core::{Condition, Error, EventType};
-use tollgate_store::{IssuedEndpoint, NewEndpoint, SecretRotation, WebhookKey, new_webhook_secret};
+use tollgate_store::{IssuedEndpoint, NewAlertRule, NewEndpoint, SecretRotation, WebhookKey, new_webhook_secret};
 
 use super::listings::PageParams;
 use super::params::{AccountPath, DeliveryPath, EndpointPath, RulePath};
@@ -64,7 +64,8 @@ pub(crate) async fn create_alert_rule(
     ApiJson(body): ApiJson<CreateAlertRuleRequest>,
 ) -> ApiResult {
     let condition = Condition::parse(&body.condition, body.threshold)?;
-    let rule = state.store().create_alert_rule(&account_id, condition, state.now()).await?;
+    let request = NewAlertRule { account_id: &account_id, condition };
+    let rule = state.store().create_alert_rule(request, state.now()).await?;
     json(StatusCode::CREATED, AlertRuleBody::from(&rule))
 }
 

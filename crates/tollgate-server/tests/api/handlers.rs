@@ -8,15 +8,15 @@ use axum::http::{Method, StatusCode};
 use jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 use tollgate_core::{
-    AlertRule, Condition, Credential, CreditEntry, Error, EventOutcome, GrantPolicy, IngestError, Lease, LeaseFilter,
-    Page, PageRequest, UnitDomain, UsageEvent,
+    AlertRule, Credential, CreditEntry, Error, EventOutcome, GrantPolicy, IngestError, Lease, Page, PageRequest,
+    UnitDomain, UsageEvent,
 };
 use tollgate_server::Limits;
 use tollgate_store::{
-    AccountView, Acquisition, CheckReport, ClaimedDelivery, Consolidated, Consolidation, CreditReceipt, Delivery,
-    DeliveryClaim, FinishedAttempt, Idempotency, IssuedCredential, IssuedLease, JournalPage, NewEndpoint, Outbox,
-    OutboxCounts, ReclaimReport, Released, SecretRotation, StorageStatus, Store, UsageSink, Verification,
-    WebhookEndpoint,
+    AccountView, Acquisition, CheckReport, ClaimedDelivery, Consolidated, Consolidation, Credit, CreditReceipt,
+    Delivery, DeliveryClaim, FinishedAttempt, Idempotency, IssuedCredential, IssuedLease, JournalPage, LeaseListing,
+    NewAlertRule, NewCredential, NewEndpoint, Outbox, OutboxCounts, ReclaimReport, Released, Revocation,
+    SecretRotation, StorageStatus, Store, UsageSink, Verification, WebhookEndpoint,
 };
 use tollgate_testkit::{outcomes, usage_event};
 
@@ -573,7 +573,7 @@ impl Store for FaultyStore {
     async fn create_account(&self, _: &str) -> Result<AccountView, Error> {
         self.fail().await
     }
-    async fn credit(&self, _: &str, _: &str, _: u64, _: Timestamp) -> Result<CreditReceipt, Error> {
+    async fn apply_credit(&self, _: Credit<'_>, _: Timestamp) -> Result<CreditReceipt, Error> {
         self.fail().await
     }
     async fn acquire_idempotent(
@@ -609,8 +609,7 @@ impl Store for FaultyStore {
     async fn issue_credential_idempotent(
         &self,
         _: Option<&Idempotency>,
-        _: &str,
-        _: &str,
+        _: NewCredential<'_>,
         _: Timestamp,
     ) -> Result<IssuedCredential, Error> {
         self.fail().await
@@ -621,8 +620,7 @@ impl Store for FaultyStore {
     async fn revoke_credential_idempotent(
         &self,
         _: Option<&Idempotency>,
-        _: &str,
-        _: &str,
+        _: Revocation<'_>,
         _: Timestamp,
     ) -> Result<Credential, Error> {
         self.fail().await
@@ -647,7 +645,7 @@ impl Store for FaultyStore {
     async fn list_accounts(&self, _: &str, _: &PageRequest) -> Result<Page<AccountView>, Error> {
         self.fail().await
     }
-    async fn list_leases(&self, _: &str, _: LeaseFilter, _: &PageRequest) -> Result<Page<Lease>, Error> {
+    async fn list_leases(&self, _: LeaseListing<'_>) -> Result<Page<Lease>, Error> {
         self.fail().await
     }
     async fn list_credentials(&self, _: &str, _: &PageRequest) -> Result<Page<Credential>, Error> {
@@ -678,7 +676,7 @@ impl Store for FaultyStore {
 
 #[async_trait]
 impl Outbox for FaultyStore {
-    async fn create_alert_rule(&self, _: &str, _: Condition, _: Timestamp) -> Result<AlertRule, Error> {
+    async fn create_alert_rule(&self, _: NewAlertRule<'_>, _: Timestamp) -> Result<AlertRule, Error> {
         self.fail().await
     }
     async fn alert_rules(&self, _: &str) -> Result<Vec<AlertRule>, Error> {

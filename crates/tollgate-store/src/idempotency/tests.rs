@@ -100,8 +100,8 @@ fn fingerprints_cover_every_argument_unambiguously() {
         }),
         Request::Release(Release { account_id: "x", lease_id: "x", capability: "c1" }),
         Request::Release(Release { account_id: "x", lease_id: "x", capability: "c2" }),
-        Request::IssueCredential { account_id: "x", label: "" },
-        Request::IssueCredential { account_id: "x", label: "l" },
+        Request::IssueCredential(NewCredential { account_id: "x", label: "" }),
+        Request::IssueCredential(NewCredential { account_id: "x", label: "l" }),
     ];
     let prints: std::collections::HashSet<[u8; 32]> =
         requests.iter().map(|r| Claim::new(&key, r, now).fingerprint).collect();
@@ -120,8 +120,8 @@ fn lease_and_credential_keys_are_scoped_by_their_account() {
             Request::Release(Release { account_id: "b", lease_id: "lse_1", capability: "c" }),
         ),
         (
-            Request::RevokeCredential { account_id: "a", credential_id: "cred_1" },
-            Request::RevokeCredential { account_id: "b", credential_id: "cred_1" },
+            Request::RevokeCredential(Revocation { account_id: "a", credential_id: "cred_1" }),
+            Request::RevokeCredential(Revocation { account_id: "b", credential_id: "cred_1" }),
         ),
         // The account and the resource are separate fields of the scope.
         (
@@ -134,7 +134,7 @@ fn lease_and_credential_keys_are_scoped_by_their_account() {
         assert_ne!(first.lookup_id, second.lookup_id);
         assert_ne!(first.fingerprint, second.fingerprint);
     }
-    assert_eq!(Request::RevokeCredential { account_id: "a", credential_id: "c" }.account_id(), "a");
+    assert_eq!(Request::RevokeCredential(Revocation { account_id: "a", credential_id: "c" }).account_id(), "a");
     assert_eq!(ACQUIRE.account_id(), "acct");
 }
 
@@ -163,4 +163,48 @@ fn every_answer_kind_round_trips() {
         assert_eq!(Answer::decode(&answer.encode()), Some(answer));
     }
     assert_eq!(Answer::decode(b"{}"), None);
+}
+
+/// The lookup id and fingerprint of one request of every operation, as the
+/// stores have written them since keyed requests began: a record written by
+/// an earlier build must still be found, and its request recognised, by this
+/// one.
+#[test]
+fn lookup_ids_and_fingerprints_are_stable() {
+    let now = Timestamp::from_second(0).unwrap();
+    let key = idempotency("stable-key");
+    let sources = [LeaseHandle { lease_id: "lse_1".into(), capability: "cap_1".into() }];
+    let ttl = SignedDuration::new(5, 7);
+    let expected = [
+        (
+            Request::Acquire(Acquisition { account_id: "acct", units: 10, ttl }),
+            "44c9c9f81ff3289ffcac9dee8c7016b71588a9c4283a88dd794058d6378e18ac",
+            "f4b0182a591ca708c26a9a95cdf12da5a375cd8dbe1022418328e6ba8c7d45b4",
+        ),
+        (
+            Request::Release(Release { account_id: "acct", lease_id: "lse_1", capability: "cap_1" }),
+            "1e6dfd1d74ab4aef8f94f5d9dc0feeb944adbcf900799e79a3451e5209e3df6f",
+            "88d4e4ee0add3e221a6b05ebf7de8b36752c3c6ca2547d7d94a5c34f596c234e",
+        ),
+        (
+            Request::Consolidate(Consolidation { account_id: "acct", sources: &sources, extra_units: 3, ttl }),
+            "daefa756136a7ed0967d42b97c9522018c3dcc1b0402ff231d0fcab748feed76",
+            "02b39a598d779c99d3b7ab3c4bd5535f78bf9db031389d94904feef8793477fa",
+        ),
+        (
+            Request::IssueCredential(NewCredential { account_id: "acct", label: "edge" }),
+            "47916e293558e1c60cf907fdf13eadef4895a97ba397e714bd8c3cd2977762dd",
+            "90292bda1f524661b569392eb01eb889809b5aa2d7c4e743a11d7e9c0018df2d",
+        ),
+        (
+            Request::RevokeCredential(Revocation { account_id: "acct", credential_id: "cred_1" }),
+            "bba0ed4a9ddbb3647498cee48f600dbe56ceaaf448c31dfaa6eae958b64dc010",
+            "2bcacae84bcf7cf28e99e62857ea1ce090b25bdb9a874e6c159314684be3d211",
+        ),
+    ];
+    for (request, lookup_id, fingerprint) in expected {
+        let claim = Claim::new(&key, &request, now);
+        assert_eq!(hex::encode(claim.lookup_id), lookup_id, "{request:?}");
+        assert_eq!(hex::encode(claim.fingerprint), fingerprint, "{request:?}");
+    }
 }

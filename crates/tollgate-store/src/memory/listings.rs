@@ -4,10 +4,11 @@
 use std::ops::Bound;
 
 use tollgate_core::listings::account_prefix_can_match;
-use tollgate_core::{Credential, CreditEntry, Error, Lease, LeaseFilter, Listing, Page, PageRequest};
+use tollgate_core::{Credential, CreditEntry, Error, Lease, Listing, Page, PageRequest};
 
 use super::{LeaseKey, State, lease_key};
 use crate::model::AccountView;
+use crate::requests::LeaseListing;
 
 /// A range of `(account_id, key)` pairs.
 type KeyRange = (Bound<(String, String)>, Bound<(String, String)>);
@@ -57,12 +58,8 @@ impl State {
         Ok(listing.page(rows, account_key))
     }
 
-    pub(super) fn leases_page(
-        &self,
-        account_id: &str,
-        filter: LeaseFilter,
-        page: &PageRequest,
-    ) -> Result<Page<Lease>, Error> {
+    pub(super) fn leases_page(&self, request: LeaseListing<'_>) -> Result<Page<Lease>, Error> {
+        let LeaseListing { account_id, filter, page } = request;
         let listing = Listing::leases(account_id, filter, page)?;
         let (index, _) = self.account_numbered(account_id)?;
         // A cursor altered by hand may name no lease id this store issues;

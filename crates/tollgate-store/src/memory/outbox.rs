@@ -17,7 +17,7 @@ use jiff::{SignedDuration, Timestamp};
 use tollgate_core::alerts::{
     ENDPOINTS_MAX, EntryView, RULES_PER_ACCOUNT_MAX, is_silent, refusal_events, validate_endpoint,
 };
-use tollgate_core::{AlertRule, COUNTERS, Condition, Error, Event, Listing, Page, PageRequest};
+use tollgate_core::{AlertRule, COUNTERS, Error, Event, Listing, Page, PageRequest};
 
 use super::journal::StoredEntry;
 use super::{MemoryStore, State};
@@ -25,7 +25,7 @@ use crate::outbox::{
     AttemptResult, ClaimedDelivery, Delivery, DeliveryState, Outbox, OutboxCounts, WebhookEndpoint, derive_entries,
     event_body, new_delivery_id, new_endpoint_id, new_rule_id,
 };
-use crate::requests::{DeliveryClaim, FinishedAttempt, NewEndpoint, SecretRotation};
+use crate::requests::{DeliveryClaim, FinishedAttempt, NewAlertRule, NewEndpoint, SecretRotation};
 
 #[derive(Default)]
 pub(super) struct OutboxState {
@@ -231,12 +231,8 @@ impl State {
 
 #[async_trait]
 impl Outbox for MemoryStore {
-    async fn create_alert_rule(
-        &self,
-        account_id: &str,
-        condition: Condition,
-        now: Timestamp,
-    ) -> Result<AlertRule, Error> {
+    async fn create_alert_rule(&self, rule: NewAlertRule<'_>, now: Timestamp) -> Result<AlertRule, Error> {
+        let NewAlertRule { account_id, condition } = rule;
         let mut state = self.lock();
         let record = state.accounts.get_mut(account_id).ok_or(Error::AccountNotFound)?;
         let from_seq = record.journal.len();
@@ -302,8 +298,8 @@ impl Outbox for MemoryStore {
         rotation: SecretRotation<'_>,
         now: Timestamp,
     ) -> Result<WebhookEndpoint, Error> {
-        let SecretRotation { endpoint_id, sealed_secret, previous_until } = rotation;
         let mut state = self.lock();
+        let SecretRotation { endpoint_id, sealed_secret, previous_until } = rotation;
         let record = state.outbox.endpoint_mut(endpoint_id)?;
         record.previous_secret = Some(std::mem::replace(&mut record.secret, sealed_secret));
         record.endpoint.previous_secret_until = Some(previous_until);

@@ -41,10 +41,10 @@ mod rules;
 
 use async_trait::async_trait;
 use jiff::Timestamp;
-use tollgate_core::{AlertRule, Condition, Error, Page, PageRequest};
+use tollgate_core::{AlertRule, Error, Page, PageRequest};
 use tollgate_store::{
-    ClaimedDelivery, Delivery, DeliveryClaim, FinishedAttempt, NewEndpoint, Outbox, OutboxCounts, SecretRotation,
-    WebhookEndpoint,
+    ClaimedDelivery, Delivery, DeliveryClaim, FinishedAttempt, NewAlertRule, NewEndpoint, Outbox, OutboxCounts,
+    SecretRotation, WebhookEndpoint,
 };
 
 use super::{Engine, PostgresStore};
@@ -52,13 +52,8 @@ use super::{Engine, PostgresStore};
 /// Each operation in one line, on the engine.
 #[async_trait]
 impl Outbox for Engine {
-    async fn create_alert_rule(
-        &self,
-        account_id: &str,
-        condition: Condition,
-        now: Timestamp,
-    ) -> Result<AlertRule, Error> {
-        self.create_rule(account_id, condition, now).await
+    async fn create_alert_rule(&self, rule: NewAlertRule<'_>, now: Timestamp) -> Result<AlertRule, Error> {
+        self.create_rule(rule, now).await
     }
 
     async fn alert_rules(&self, account_id: &str) -> Result<Vec<AlertRule>, Error> {
@@ -122,14 +117,13 @@ impl Outbox for Engine {
 /// every other operation of the store.
 #[async_trait]
 impl Outbox for PostgresStore {
-    async fn create_alert_rule(
-        &self,
-        account_id: &str,
-        condition: Condition,
-        now: Timestamp,
-    ) -> Result<AlertRule, Error> {
+    async fn create_alert_rule(&self, rule: NewAlertRule<'_>, now: Timestamp) -> Result<AlertRule, Error> {
+        let NewAlertRule { account_id, condition } = rule;
         let account_id = account_id.to_owned();
-        self.complete(move |e| async move { e.create_alert_rule(&account_id, condition, now).await }).await
+        self.complete(move |e| async move {
+            e.create_alert_rule(NewAlertRule { account_id: &account_id, condition }, now).await
+        })
+        .await
     }
 
     async fn alert_rules(&self, account_id: &str) -> Result<Vec<AlertRule>, Error> {

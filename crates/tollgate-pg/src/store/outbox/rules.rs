@@ -4,8 +4,8 @@
 use jiff::Timestamp;
 use sqlx::{FromRow, PgConnection};
 use tollgate_core::alerts::{RULES_PER_ACCOUNT_MAX, refusal_events};
-use tollgate_core::{AlertRule, Condition, Error, InstantPair};
-use tollgate_store::new_rule_id;
+use tollgate_core::{AlertRule, Error, InstantPair};
+use tollgate_store::{NewAlertRule, new_rule_id};
 
 use super::outgoing::{Outgoing, RuleWrite, share_endpoints};
 use super::rows::{RuleRow, bound, nonnegative};
@@ -60,12 +60,8 @@ async fn refuse_in(conn: &mut PgConnection, account_id: &str, now: Timestamp) ->
 }
 
 impl Engine {
-    pub(super) async fn create_rule(
-        &self,
-        account_id: &str,
-        condition: Condition,
-        now: Timestamp,
-    ) -> Result<AlertRule, Error> {
+    pub(super) async fn create_rule(&self, rule: NewAlertRule<'_>, now: Timestamp) -> Result<AlertRule, Error> {
+        let NewAlertRule { account_id, condition } = rule;
         if !storable(account_id) {
             return Err(Error::AccountNotFound);
         }
