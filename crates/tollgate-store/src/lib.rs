@@ -68,6 +68,7 @@ pub trait Store: UsageSink + Outbox {
     /// with `created = false`; the same id with other units is `credit_conflict`.
     /// A credit that changes the counters is journaled at `now`.
     async fn apply_credit(&self, credit: Credit<'_>, now: Timestamp) -> Result<CreditReceipt, Error>;
+    /// [`Store::apply_credit`] with the credit's fields as arguments.
     async fn credit(
         &self,
         account_id: &str,

@@ -5,12 +5,18 @@ use tollgate_core::{CREDENTIAL_KEY_PREFIX, Secret};
 
 /// `prefix` followed by 256 random bits as 64 lowercase hex digits.
 pub(crate) fn random_hex_after(prefix: &str) -> String {
-    let mut digits = [0u8; 64];
-    hex::encode_to_slice(rand::random::<[u8; 32]>(), &mut digits).expect("64 digits encode 32 bytes");
-    let mut secret = String::with_capacity(prefix.len() + digits.len());
-    secret.push_str(prefix);
-    secret.extend(digits.iter().map(|&digit| char::from(digit)));
-    secret
+    hex_after(prefix, &rand::random::<[u8; 32]>())
+}
+
+/// `prefix` followed by `bytes` (at most 32) as lowercase hex digits.
+pub(crate) fn hex_after(prefix: &str, bytes: &[u8]) -> String {
+    let mut buffer = [0u8; 64];
+    let digits = &mut buffer[..2 * bytes.len()];
+    hex::encode_to_slice(bytes, digits).expect("two digits per byte, at most 32 bytes");
+    let mut text = String::with_capacity(prefix.len() + digits.len());
+    text.push_str(prefix);
+    text.extend(digits.iter().map(|&digit| char::from(digit)));
+    text
 }
 
 pub fn new_capability() -> Secret {

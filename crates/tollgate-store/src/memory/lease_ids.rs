@@ -37,21 +37,15 @@ pub(super) fn new_lease_key() -> LeaseKey {
 }
 
 pub(super) fn lease_id_of(key: LeaseKey) -> String {
-    let mut digits = [0u8; LEASE_ID_HEX_DIGITS];
-    hex::encode_to_slice(key.to_be_bytes(), &mut digits).expect("32 digits encode 16 bytes");
-    let mut lease_id = String::with_capacity(LEASE_ID_PREFIX.len() + LEASE_ID_HEX_DIGITS);
-    lease_id.push_str(LEASE_ID_PREFIX);
-    lease_id.extend(digits.iter().map(|&digit| char::from(digit)));
-    lease_id
+    crate::secrets::hex_after(LEASE_ID_PREFIX, &key.to_be_bytes())
 }
 
 /// A map keyed by lease keys, hashed by folding the key's two halves.
 ///
 /// Keys are drawn at random by this store (`new_lease_key`), never chosen by
-/// a caller: a presented id that is not a
-/// stored key only misses. So the bits are already uniform, and no caller can
-/// pile keys into one bucket, which is what a keyed hash like the standard
-/// SipHash defends against.
+/// a caller: a presented id that is not a stored key only misses. So the
+/// bits are already uniform, and no caller can pile keys into one bucket,
+/// which is what a keyed hash like the standard SipHash defends against.
 pub(super) type LeaseMap<V> = HashMap<LeaseKey, V, BuildHasherDefault<FoldHasher>>;
 
 #[derive(Default)]
