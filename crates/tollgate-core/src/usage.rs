@@ -211,7 +211,7 @@ pub fn classify(
     }
     let mut plan = IngestPlan::default();
     plan.outcomes.reserve(batch.len());
-    let mut claimed: HashSet<(&str, &str)> = HashSet::new();
+    let mut claimed: HashSet<(&str, &str)> = HashSet::with_capacity(batch.len());
     for (index, event) in batch.iter().enumerate() {
         let key = (event.account_id.as_str(), event.request_id.as_str());
         let outcome = if claimed.contains(&key) || view.is_recorded(key.0, key.1) {
@@ -296,24 +296,33 @@ fn apply(
     let refused = |counter| IngestError::Refused { counter };
     let units = event.units;
 
-    let account = plan.accounts.entry(event.account_id.clone()).or_insert_with(|| validated.account.clone());
+    let account = planned(&mut plan.accounts, &event.account_id, validated.account);
     account.billed = domain.add(account.billed, units).ok_or(refused("billed"))?;
     match validated.lease {
         None => account.overage = domain.add(account.overage, units).ok_or(refused("overage"))?,
         Some(validated_lease) => {
-            let lease = plan.leases.entry(validated_lease.lease_id.clone()).or_insert_with(|| validated_lease.clone());
+            let lease = planned(&mut plan.leases, &validated_lease.lease_id, validated_lease);
             lease.used = domain.add(lease.used, units).ok_or(refused("lease_used"))?;
         }
     }
 
-    let credential =
-        plan.credentials.entry(event.credential_id.clone()).or_insert_with(|| validated.credential.clone());
+    let credential = planned(&mut plan.credentials, &event.credential_id, validated.credential);
     credential.accepted_events =
         domain.add(credential.accepted_events, 1).ok_or(refused("credential_accepted_events"))?;
     credential.accepted_units =
         domain.add(credential.accepted_units, units).ok_or(refused("credential_accepted_units"))?;
     credential.last_used_at = credential.last_used_at.max(Some(event.occurred_at));
     Ok(())
+}
+
+/// The plan's copy of the row `id`, made from `validated` on first use. The
+/// key is cloned only then: most events of a batch touch rows an earlier
+/// event of it already copied.
+fn planned<'p, T: Clone>(rows: &'p mut BTreeMap<String, T>, id: &str, validated: &T) -> &'p mut T {
+    if !rows.contains_key(id) {
+        rows.insert(id.to_owned(), validated.clone());
+    }
+    rows.get_mut(id).expect("inserted above")
 }
 
 #[cfg(test)]
