@@ -16,7 +16,7 @@ use tollgate_api::{
     IssuedCredentialBody, LeaseBody, OutcomeBody, ReadyBody, ReclaimResponse, ReleaseRequest, ReleaseResponse,
     SettlementBody, StorageBody, VerifyRequest, VerifyResponse,
 };
-use tollgate_core::{BATCH_EVENTS_MAX, Error, IngestError, UsageEvent};
+use tollgate_core::{BATCH_EVENTS_MAX, Error, IngestError, Settlement, UsageEvent};
 use tollgate_store::{Acquisition, Consolidation, IssuedLease, LeaseHandle, NewCredential, Release, Revocation};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -24,7 +24,6 @@ use utoipa_axum::routes;
 use crate::AppState;
 use crate::auth::{AdminAuth, GatewayAuth, Role};
 use crate::error::ApiError;
-use crate::extract::{ApiJson, ApiPath, IdempotencyHeader};
 use crate::metrics::LeaseEvent;
 use crate::openapi;
 use crate::worker;
@@ -36,6 +35,9 @@ mod reads;
 mod responses;
 mod usage;
 mod webhooks;
+mod writes;
+
+use writes::write_route;
 
 use params::{AccountPath, CredentialPath, IdempotencyKeyParams, LeasePath};
 use responses::{
@@ -100,280 +102,175 @@ fn issued_lease_body(issued: &IssuedLease) -> LeaseBody {
     LeaseBody { capability: Some(issued.capability.expose().to_owned()), ..LeaseBody::from(&issued.lease) }
 }
 
-/// Creates an empty account.
-#[utoipa::path(
-    post, path = "/v1/accounts", tag = "accounts",
-    request_body = CreateAccountRequest,
-    responses(
-        (status = 201, description = "The new account", body = AccountBody),
-        (status = 400, description = "Invalid account id or body", body = ErrorBody),
-        (status = 409, description = "`account_exists`", body = ErrorBody),
-    ),
-)]
-pub(crate) async fn create_account(
-    _: AdminAuth,
-    State(state): State<AppState>,
-    ApiJson(body): ApiJson<CreateAccountRequest>,
-) -> ApiResult {
-    let view = state.store().create_account(&body.account_id).await?;
-    json(StatusCode::CREATED, AccountBody::from(&view))
-}
-
-/// Adds prepaid units, idempotently on `credit_id`.
-#[utoipa::path(
-    post, path = "/v1/accounts/{account_id}/credits", tag = "accounts",
-    params(AccountPath),
-    request_body = CreditRequest,
-    responses(
-        (status = 201, description = "Credited; the account after the credit", body = AccountBody),
-        (status = 200, description = "An identical replay; nothing changed", body = AccountBody),
-        (status = 400, description = "`invalid_units`, `units_out_of_range`, `invalid_id` or bad body", body = ErrorBody),
-        AccountNotFound,
-        (status = 409, description = "`credit_conflict` or `counter_overflow`", body = ErrorBody),
-    ),
-)]
-pub(crate) async fn credit(
-    _: AdminAuth,
-    State(state): State<AppState>,
-    ApiPath(AccountPath { account_id }): ApiPath<AccountPath>,
-    ApiJson(body): ApiJson<CreditRequest>,
-) -> ApiResult {
-    let receipt = state.store().credit(&account_id, &body.credit_id, body.units, state.now()).await?;
-    let status = if receipt.created { StatusCode::CREATED } else { StatusCode::OK };
-    json(status, AccountBody::from(&receipt.account))
-}
-
-/// Issues an end-user API key. The key is in this response only.
-#[utoipa::path(
-    post, path = "/v1/accounts/{account_id}/credentials", tag = "credentials",
-    params(AccountPath, IdempotencyKeyParams),
-    request_body = CreateCredentialRequest,
-    responses(
-        (status = 201, description = "The credential and its key, shown once", body = IssuedCredentialBody),
-        (status = 400, description = "`invalid_label`, `invalid_idempotency_key` or bad body", body = ErrorBody),
-        AccountNotFound,
-        IdempotencyKeyReused,
-    ),
-)]
-pub(crate) async fn issue_credential(
-    _: AdminAuth,
-    State(state): State<AppState>,
-    ApiPath(AccountPath { account_id }): ApiPath<AccountPath>,
-    IdempotencyHeader(idempotency): IdempotencyHeader,
-    ApiJson(body): ApiJson<CreateCredentialRequest>,
-) -> ApiResult {
-    let request = NewCredential { account_id: &account_id, label: &body.label };
-    let issued = state.store().issue_credential_idempotent(idempotency.as_ref(), request, state.now()).await?;
-    json(
-        StatusCode::CREATED,
-        IssuedCredentialBody {
-            credential: CredentialBody::from(&issued.credential),
-            key: issued.key.expose().to_owned(),
-        },
-    )
-}
-
-/// Revokes a credential of the account. Revoking again keeps the first
-/// revocation time; a credential of another account is `credential_not_found`.
-#[utoipa::path(
-    post, path = "/v1/accounts/{account_id}/credentials/{credential_id}/revoke", tag = "credentials",
-    params(CredentialPath, IdempotencyKeyParams),
-    responses(
-        (status = 200, description = "The revoked credential", body = CredentialBody),
-        (status = 400, description = "`invalid_idempotency_key`", body = ErrorBody),
-        CredentialNotFound,
-        IdempotencyKeyReused,
-    ),
-)]
-pub(crate) async fn revoke_credential(
-    _: AdminAuth,
-    State(state): State<AppState>,
-    ApiPath(CredentialPath { account_id, credential_id }): ApiPath<CredentialPath>,
-    IdempotencyHeader(idempotency): IdempotencyHeader,
-) -> ApiResult {
-    let request = Revocation { account_id: &account_id, credential_id: &credential_id };
-    let credential = state.store().revoke_credential_idempotent(idempotency.as_ref(), request, state.now()).await?;
-    json(StatusCode::OK, CredentialBody::from(&credential))
-}
-
-/// Checks an end-user key. A key names its account
-/// (`tgk_{account_id}_{secret}`) and is looked up on that account only; a key
-/// whose account part was altered, or that is malformed, is
-/// `unknown_credential`. Never changes the credential's activity.
-#[utoipa::path(
-    post, path = "/v1/credentials/verify", tag = "credentials",
-    request_body = VerifyRequest,
-    responses(
-        (status = 200, description = "Whether the key is valid, and why not", body = VerifyResponse),
-        BadBody,
-    ),
-)]
-pub(crate) async fn verify_credential(
-    _: GatewayAuth,
-    State(state): State<AppState>,
-    ApiJson(body): ApiJson<VerifyRequest>,
-) -> ApiResult {
-    let verification = state.store().verify_credential(&body.key).await?;
-    json(StatusCode::OK, VerifyResponse::from(&verification))
-}
-
-/// Leases `units` for `ttl` (clamped to the server's max TTL). The response
-/// carries the exact expiry and the capability, which is shown only here.
-#[utoipa::path(
-    post, path = "/v1/accounts/{account_id}/leases", tag = "leases",
-    params(AccountPath, IdempotencyKeyParams),
-    request_body = AcquireRequest,
-    responses(
-        (status = 201, description = "The lease with its capability", body = LeaseBody),
-        (status = 400, description = "`invalid_units`, `invalid_ttl`, `units_out_of_range`, `invalid_idempotency_key` or bad body", body = ErrorBody),
-        AccountNotFound,
-        (status = 409, description = "`insufficient_balance`, `expiry_out_of_range`, `counter_overflow` or `idempotency_key_reused`", body = ErrorBody),
-    ),
-)]
-pub(crate) async fn acquire(
-    _: GatewayAuth,
-    State(state): State<AppState>,
-    ApiPath(AccountPath { account_id }): ApiPath<AccountPath>,
-    IdempotencyHeader(idempotency): IdempotencyHeader,
-    ApiJson(body): ApiJson<AcquireRequest>,
-) -> ApiResult {
-    let store = state.store();
-    let now = state.now();
-    let issued = match store
-        .acquire_idempotent(
-            idempotency.as_ref(),
-            Acquisition { account_id: &account_id, units: body.units, ttl: body.ttl },
-            now,
-        )
-        .await
-    {
-        Err(refused @ Error::InsufficientBalance { .. }) => {
-            webhooks::note_refusal(&state, &account_id, now).await;
-            return Err(refused.into());
-        }
-        other => other?,
-    };
-    state.metrics().count_leases(LeaseEvent::Acquired, 1);
-    json(StatusCode::CREATED, issued_lease_body(&issued))
-}
-
-/// Settles a lease of the account: returns what was not used, bills usage
-/// beyond the grant as overage. A lease of another account is
-/// `lease_not_found` and nothing changes.
-#[utoipa::path(
-    post, path = "/v1/accounts/{account_id}/leases/{lease_id}/release", tag = "leases",
-    params(LeasePath, IdempotencyKeyParams),
-    request_body = ReleaseRequest,
-    responses(
-        (status = 200, description = "The settled lease and how it was split", body = ReleaseResponse),
-        (status = 400, description = "`invalid_idempotency_key` or bad body", body = ErrorBody),
-        LeaseNotFound,
-        (status = 409, description = "`capability_mismatch`, `lease_not_active`, `lease_expired` or `idempotency_key_reused`", body = ErrorBody),
-    ),
-)]
-pub(crate) async fn release(
-    _: GatewayAuth,
-    State(state): State<AppState>,
-    ApiPath(LeasePath { account_id, lease_id }): ApiPath<LeasePath>,
-    IdempotencyHeader(idempotency): IdempotencyHeader,
-    ApiJson(body): ApiJson<ReleaseRequest>,
-) -> ApiResult {
-    let (store, now) = (state.store(), state.now());
-    let released = store
-        .release_idempotent(
-            idempotency.as_ref(),
-            Release { account_id: &account_id, lease_id: &lease_id, capability: &body.capability },
-            now,
-        )
-        .await?;
-    state.metrics().count_leases(LeaseEvent::Released, 1);
-    let s = released.settlement;
-    json(
-        StatusCode::OK,
-        ReleaseResponse {
-            lease: LeaseBody::from(&released.lease),
-            charged: s.charged,
-            returned: s.returned,
-            excess: s.excess,
-        },
-    )
-}
-
-/// Settles several leases of one account into one new lease of their returned
-/// units plus `extra_units`, all or nothing. Every source is looked up under
-/// the account: a lease of another account is `lease_not_found`.
-#[utoipa::path(
-    post, path = "/v1/accounts/{account_id}/leases/consolidate", tag = "leases",
-    params(AccountPath, IdempotencyKeyParams),
-    request_body = ConsolidateRequest,
-    responses(
-        (status = 201, description = "The new lease with its capability, and each source's settlement", body = ConsolidateResponse),
-        (status = 400, description = "`no_source_leases`, `duplicate_source_lease`, `invalid_ttl`, `invalid_idempotency_key` or bad body", body = ErrorBody),
-        (status = 404, description = "`account_not_found` or `lease_not_found`", body = ErrorBody),
-        (status = 409, description = "`capability_mismatch`, `lease_not_active`, `lease_expired`, `insufficient_balance`, `expiry_out_of_range` or `idempotency_key_reused`", body = ErrorBody),
-    ),
-)]
-pub(crate) async fn consolidate(
-    _: GatewayAuth,
-    State(state): State<AppState>,
-    ApiPath(AccountPath { account_id }): ApiPath<AccountPath>,
-    IdempotencyHeader(idempotency): IdempotencyHeader,
-    ApiJson(body): ApiJson<ConsolidateRequest>,
-) -> ApiResult {
-    let sources: Vec<LeaseHandle> = body
-        .leases
-        .into_iter()
-        .map(|handle| LeaseHandle { lease_id: handle.lease_id, capability: handle.capability })
-        .collect();
-    let (extra_units, ttl, now) = (body.extra_units, body.ttl, state.now());
-    let consolidated = state
-        .store()
-        .consolidate_idempotent(
-            idempotency.as_ref(),
-            Consolidation { account_id: &account_id, sources: &sources, extra_units, ttl },
-            now,
-        )
-        .await?;
-    state.metrics().count_leases(LeaseEvent::Consolidated, consolidated.settlements.len() as u64);
-    state.metrics().count_leases(LeaseEvent::Acquired, 1);
-    let settlements = consolidated
-        .settlements
-        .iter()
-        .map(|(lease, settlement)| SettlementBody::new(&lease.lease_id, &lease.account_id, settlement))
-        .collect();
-    json(StatusCode::CREATED, ConsolidateResponse { lease: issued_lease_body(&consolidated.lease), settlements })
-}
-
-/// Classifies every event as accepted, duplicate or rejected, in input order,
-/// and applies the accepted ones. At most 10 000 events per batch.
-#[utoipa::path(
-    post, path = "/v1/usage", tag = "usage",
-    request_body = IngestRequest,
-    responses(
-        (status = 200, description = "One outcome per event, in input order", body = IngestResponse),
-        BadBody,
-        (status = 413, description = "`batch_too_large` or `payload_too_large`", body = ErrorBody),
-        (status = 422, description = "`batch_refused`: accepting the batch would overflow a counter; nothing was applied", body = ErrorBody),
-        (status = 500, description = "`storage_corrupt`", body = ErrorBody),
-        (status = 503, description = "`storage_unavailable` or `timeout`; retry", body = ErrorBody),
-    ),
-)]
-pub(crate) async fn ingest(
-    _: GatewayAuth,
-    State(state): State<AppState>,
-    ApiJson(body): ApiJson<IngestRequest>,
-) -> ApiResult {
-    let now = state.now();
-    let result = ingest_events(&state, body, now).await;
-    match &result {
-        Ok(outcomes) => {
-            state.metrics().observe_outcomes(outcomes);
-            state.console().ingest.record(outcomes, now);
-        }
-        Err(error) => state.metrics().observe_batch_error(error),
+write_route! {
+    /// Creates an empty account.
+    create_account: AdminAuth, post "/v1/accounts", tag "accounts",
+    answers 201 => AccountBody, "The new account";
+    400 "Invalid account id or body"; 409 "`account_exists`";
+    |state, body body: CreateAccountRequest| {
+        let view = state.store().create_account(&body.account_id).await?;
+        json(StatusCode::CREATED, AccountBody::from(&view))
     }
-    let outcomes = result?;
-    json(StatusCode::OK, IngestResponse { outcomes: outcomes.iter().map(OutcomeBody::from).collect() })
+}
+
+write_route! {
+    /// Adds prepaid units, idempotently on `credit_id`.
+    credit: AdminAuth, post "/v1/accounts/{account_id}/credits", tag "accounts",
+    params(AccountPath),
+    answers 201 => AccountBody, "Credited; the account after the credit";
+    answers 200 => AccountBody, "An identical replay; nothing changed";
+    errors(AccountNotFound);
+    400 "`invalid_units`, `units_out_of_range`, `invalid_id` or bad body";
+    409 "`credit_conflict` or `counter_overflow`";
+    |state, path AccountPath { account_id }, body body: CreditRequest| {
+        let receipt = state.store().credit(&account_id, &body.credit_id, body.units, state.now()).await?;
+        let status = if receipt.created { StatusCode::CREATED } else { StatusCode::OK };
+        json(status, AccountBody::from(&receipt.account))
+    }
+}
+
+write_route! {
+    /// Issues an end-user API key. The key is in this response only.
+    issue_credential: AdminAuth, post "/v1/accounts/{account_id}/credentials", tag "credentials",
+    params(AccountPath, IdempotencyKeyParams),
+    answers 201 => IssuedCredentialBody, "The credential and its key, shown once";
+    errors(AccountNotFound, IdempotencyKeyReused);
+    400 "`invalid_label`, `invalid_idempotency_key` or bad body";
+    |state, path AccountPath { account_id }, key idempotency, body body: CreateCredentialRequest| {
+        let request = NewCredential { account_id: &account_id, label: &body.label };
+        let issued = state.store().issue_credential_idempotent(idempotency.as_ref(), request, state.now()).await?;
+        let credential = CredentialBody::from(&issued.credential);
+        json(StatusCode::CREATED, IssuedCredentialBody { credential, key: issued.key.expose().to_owned() })
+    }
+}
+
+write_route! {
+    /// Revokes a credential of the account. Revoking again keeps the first
+    /// revocation time; a credential of another account is `credential_not_found`.
+    revoke_credential: AdminAuth, post "/v1/accounts/{account_id}/credentials/{credential_id}/revoke",
+    tag "credentials",
+    params(CredentialPath, IdempotencyKeyParams),
+    answers 200 => CredentialBody, "The revoked credential";
+    errors(CredentialNotFound, IdempotencyKeyReused);
+    400 "`invalid_idempotency_key`";
+    |state, path CredentialPath { account_id, credential_id }, key idempotency| {
+        let request = Revocation { account_id: &account_id, credential_id: &credential_id };
+        let credential = state.store().revoke_credential_idempotent(idempotency.as_ref(), request, state.now()).await?;
+        json(StatusCode::OK, CredentialBody::from(&credential))
+    }
+}
+
+write_route! {
+    /// Checks an end-user key. A key names its account
+    /// (`tgk_{account_id}_{secret}`) and is looked up on that account only; a key
+    /// whose account part was altered, or that is malformed, is
+    /// `unknown_credential`. Never changes the credential's activity.
+    verify_credential: GatewayAuth, post "/v1/credentials/verify", tag "credentials",
+    answers 200 => VerifyResponse, "Whether the key is valid, and why not";
+    errors(BadBody);
+    |state, body body: VerifyRequest| {
+        let verification = state.store().verify_credential(&body.key).await?;
+        json(StatusCode::OK, VerifyResponse::from(&verification))
+    }
+}
+
+write_route! {
+    /// Leases `units` for `ttl` (clamped to the server's max TTL). The response
+    /// carries the exact expiry and the capability, which is shown only here.
+    acquire: GatewayAuth, post "/v1/accounts/{account_id}/leases", tag "leases",
+    params(AccountPath, IdempotencyKeyParams),
+    answers 201 => LeaseBody, "The lease with its capability";
+    errors(AccountNotFound);
+    400 "`invalid_units`, `invalid_ttl`, `units_out_of_range`, `invalid_idempotency_key` or bad body";
+    409 "`insufficient_balance`, `expiry_out_of_range`, `counter_overflow` or `idempotency_key_reused`";
+    |state, path AccountPath { account_id }, key idempotency, body body: AcquireRequest| {
+        let now = state.now();
+        let request = Acquisition { account_id: &account_id, units: body.units, ttl: body.ttl };
+        let issued = match state.store().acquire_idempotent(idempotency.as_ref(), request, now).await {
+            Err(refused @ Error::InsufficientBalance { .. }) => {
+                webhooks::note_refusal(&state, &account_id, now).await;
+                return Err(refused.into());
+            }
+            other => other?,
+        };
+        state.metrics().count_leases(LeaseEvent::Acquired, 1);
+        json(StatusCode::CREATED, issued_lease_body(&issued))
+    }
+}
+
+write_route! {
+    /// Settles a lease of the account: returns what was not used, bills usage
+    /// beyond the grant as overage. A lease of another account is
+    /// `lease_not_found` and nothing changes.
+    release: GatewayAuth, post "/v1/accounts/{account_id}/leases/{lease_id}/release", tag "leases",
+    params(LeasePath, IdempotencyKeyParams),
+    answers 200 => ReleaseResponse, "The settled lease and how it was split";
+    errors(LeaseNotFound);
+    400 "`invalid_idempotency_key` or bad body";
+    409 "`capability_mismatch`, `lease_not_active`, `lease_expired` or `idempotency_key_reused`";
+    |state, path LeasePath { account_id, lease_id }, key idempotency, body body: ReleaseRequest| {
+        let request = Release { account_id: &account_id, lease_id: &lease_id, capability: &body.capability };
+        let released = state.store().release_idempotent(idempotency.as_ref(), request, state.now()).await?;
+        state.metrics().count_leases(LeaseEvent::Released, 1);
+        let Settlement { charged, returned, excess } = released.settlement;
+        json(StatusCode::OK, ReleaseResponse { lease: LeaseBody::from(&released.lease), charged, returned, excess })
+    }
+}
+
+write_route! {
+    /// Settles several leases of one account into one new lease of their returned
+    /// units plus `extra_units`, all or nothing. Every source is looked up under
+    /// the account: a lease of another account is `lease_not_found`.
+    consolidate: GatewayAuth, post "/v1/accounts/{account_id}/leases/consolidate", tag "leases",
+    params(AccountPath, IdempotencyKeyParams),
+    answers 201 => ConsolidateResponse, "The new lease with its capability, and each source's settlement";
+    400 "`no_source_leases`, `duplicate_source_lease`, `invalid_ttl`, `invalid_idempotency_key` or bad body";
+    404 "`account_not_found` or `lease_not_found`";
+    409 "`capability_mismatch`, `lease_not_active`, `lease_expired`, `insufficient_balance`, \
+         `expiry_out_of_range` or `idempotency_key_reused`";
+    |state, path AccountPath { account_id }, key idempotency, body body: ConsolidateRequest| {
+        let sources: Vec<LeaseHandle> = body
+            .leases
+            .into_iter()
+            .map(|handle| LeaseHandle { lease_id: handle.lease_id, capability: handle.capability })
+            .collect();
+        let (extra_units, ttl) = (body.extra_units, body.ttl);
+        let request = Consolidation { account_id: &account_id, sources: &sources, extra_units, ttl };
+        let consolidated = state.store().consolidate_idempotent(idempotency.as_ref(), request, state.now()).await?;
+        state.metrics().count_leases(LeaseEvent::Consolidated, consolidated.settlements.len() as u64);
+        state.metrics().count_leases(LeaseEvent::Acquired, 1);
+        let settlements = consolidated
+            .settlements
+            .iter()
+            .map(|(lease, settlement)| SettlementBody::new(&lease.lease_id, &lease.account_id, settlement))
+            .collect();
+        json(StatusCode::CREATED, ConsolidateResponse { lease: issued_lease_body(&consolidated.lease), settlements })
+    }
+}
+
+write_route! {
+    /// Classifies every event as accepted, duplicate or rejected, in input order,
+    /// and applies the accepted ones. At most 10 000 events per batch.
+    ingest: GatewayAuth, post "/v1/usage", tag "usage",
+    answers 200 => IngestResponse, "One outcome per event, in input order";
+    errors(BadBody);
+    413 "`batch_too_large` or `payload_too_large`";
+    422 "`batch_refused`: accepting the batch would overflow a counter; nothing was applied";
+    500 "`storage_corrupt`";
+    503 "`storage_unavailable` or `timeout`; retry";
+    |state, body body: IngestRequest| {
+        let now = state.now();
+        let result = ingest_events(&state, body, now).await;
+        match &result {
+            Ok(outcomes) => {
+                state.metrics().observe_outcomes(outcomes);
+                state.console().ingest.record(outcomes, now);
+            }
+            Err(error) => state.metrics().observe_batch_error(error),
+        }
+        let outcomes = result?;
+        json(StatusCode::OK, IngestResponse { outcomes: outcomes.iter().map(OutcomeBody::from).collect() })
+    }
 }
 
 async fn ingest_events(
@@ -389,19 +286,16 @@ async fn ingest_events(
     state.store().ingest(events, now).await
 }
 
-/// Runs one bounded reclaim pass now.
-#[utoipa::path(
-    post, path = "/v1/admin/reclaim", tag = "admin",
-    responses(
-        (status = 200, description = "What the pass settled; `full` means more may be due", body = ReclaimResponse),
-        StorageUnavailable,
-    ),
-)]
-pub(crate) async fn reclaim(_: AdminAuth, State(state): State<AppState>) -> ApiResult {
-    let report = worker::reclaim_pass(&state).await?;
-    json(StatusCode::OK, ReclaimResponse::from(&report))
+write_route! {
+    /// Runs one bounded reclaim pass now.
+    reclaim: AdminAuth, post "/v1/admin/reclaim", tag "admin",
+    answers 200 => ReclaimResponse, "What the pass settled; `full` means more may be due";
+    errors(StorageUnavailable);
+    |state| {
+        let report = worker::reclaim_pass(&state).await?;
+        json(StatusCode::OK, ReclaimResponse::from(&report))
+    }
 }
-
 /// Storage and migration readiness, conservation of every account, the
 /// legacy-bound counts and database guard violations. `ok` is false on any
 /// problem; the status is 200 whenever the check itself ran.

@@ -17,7 +17,7 @@ use super::responses::{AccountNotFound, PageRefused};
 use super::{ApiResult, json};
 use crate::AppState;
 use crate::auth::{AdminAuth, GatewayAuth};
-use crate::extract::{ApiPath, QueryParams};
+use crate::extract::QueryParams;
 
 /// A listing's paging parameters, as the OpenAPI document states them; the
 /// handlers read them through [`QueryParams::page`].
@@ -52,32 +52,28 @@ pub(crate) async fn list_accounts(_: AdminAuth, State(state): State<AppState>, q
     json(StatusCode::OK, PageBody::<AccountBody>::of(&accounts))
 }
 
-/// The account's leases in `lease_id` order, without their capabilities;
-/// all of them, or those in one `state`.
-#[utoipa::path(
-    get, path = "/v1/accounts/{account_id}/leases", tag = "leases",
+read_route! {
+    /// The account's leases in `lease_id` order, without their capabilities;
+    /// all of them, or those in one `state`.
+    list_leases: GatewayAuth, "/v1/accounts/{account_id}/leases", tag "leases",
     params(
         AccountPath,
-        ("state" = Option<String>, Query, description = "`active`, `released`, `reclaimed` or `consolidated`; every lease when absent"),
+        ("state" = Option<String>, Query,
+            description = "`active`, `released`, `reclaimed` or `consolidated`; every lease when absent"),
         PageParams,
     ),
     responses(
         (status = 200, description = "One page of leases", body = PageBody<LeaseBody>),
-        (status = 400, description = "`invalid_limit`, `invalid_cursor`, `invalid_state` or `invalid_query`", body = ErrorBody),
+        (status = 400, description = "`invalid_limit`, `invalid_cursor`, `invalid_state` or `invalid_query`",
+            body = ErrorBody),
         AccountNotFound,
     ),
-)]
-pub(crate) async fn list_leases(
-    _: GatewayAuth,
-    State(state): State<AppState>,
-    ApiPath(AccountPath { account_id }): ApiPath<AccountPath>,
-    query: QueryParams,
-) -> ApiResult {
-    let query = query.only(&["state", "cursor", "limit"])?;
-    let filter = LeaseFilter::parse(query.get("state"))?;
-    let page = query.page()?;
-    let leases = state.store().list_leases(LeaseListing { account_id: &account_id, filter, page: &page }).await?;
-    json(StatusCode::OK, PageBody::<LeaseBody>::of(&leases))
+    |state, AccountPath { account_id }, query: ["state", "cursor", "limit"]| {
+        let filter = LeaseFilter::parse(query.get("state"))?;
+        let page = query.page()?;
+        let leases = state.store().list_leases(LeaseListing { account_id: &account_id, filter, page: &page }).await?;
+        PageBody::<LeaseBody>::of(&leases)
+    }
 }
 
 read_route! {

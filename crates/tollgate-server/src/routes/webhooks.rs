@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use jiff::{SignedDuration, Timestamp};
 use tollgate_api::{
-    AlertRuleBody, AlertRulesBody, CreateAlertRuleRequest, CreateWebhookRequest, DeliveryBody, ErrorBody, PageBody,
+    AlertRuleBody, AlertRulesBody, CreateAlertRuleRequest, CreateWebhookRequest, DeliveryBody, PageBody,
     RotateSecretRequest, WebhookEndpointBody, WebhookEndpointsBody,
 };
 use tollgate_core::alerts::validate_url;
@@ -21,10 +21,10 @@ use super::listings::PageParams;
 use super::params::{AccountPath, DeliveryPath, EndpointPath, RulePath};
 use super::reads::read_route;
 use super::responses::{AccountNotFound, EndpointNotFound, PageRefused};
+use super::writes::write_route;
 use super::{ApiResult, json};
 use crate::AppState;
 use crate::auth::AdminAuth;
-use crate::extract::{ApiJson, ApiPath};
 
 /// How long a replaced secret still signs unless the request says.
 const OVERLAP_DEFAULT_S: u64 = 86_400;
@@ -43,30 +43,22 @@ fn key(state: &AppState) -> Result<&WebhookKey, Error> {
     state.webhooks().key.as_ref().ok_or(Error::WebhookKeyMissing)
 }
 
-/// Creates an alert rule of the account. It judges only changes after its
-/// creation: it fires once when its condition becomes true, and a balance
-/// rule emits `balance.recovered` once when it becomes false again.
-#[utoipa::path(
-    post, path = "/v1/accounts/{account_id}/alert-rules", tag = "alerts",
+write_route! {
+    /// Creates an alert rule of the account. It judges only changes after its
+    /// creation: it fires once when its condition becomes true, and a balance
+    /// rule emits `balance.recovered` once when it becomes false again.
+    create_alert_rule: AdminAuth, post "/v1/accounts/{account_id}/alert-rules", tag "alerts",
     params(AccountPath),
-    request_body = CreateAlertRuleRequest,
-    responses(
-        (status = 201, description = "The new rule", body = AlertRuleBody),
-        (status = 400, description = "`invalid_condition` or bad body", body = ErrorBody),
-        AccountNotFound,
-        (status = 409, description = "`too_many_rules`: at most 20 per account", body = ErrorBody),
-    ),
-)]
-pub(crate) async fn create_alert_rule(
-    _: AdminAuth,
-    State(state): State<AppState>,
-    ApiPath(AccountPath { account_id }): ApiPath<AccountPath>,
-    ApiJson(body): ApiJson<CreateAlertRuleRequest>,
-) -> ApiResult {
-    let condition = Condition::parse(&body.condition, body.threshold)?;
-    let request = NewAlertRule { account_id: &account_id, condition };
-    let rule = state.store().create_alert_rule(request, state.now()).await?;
-    json(StatusCode::CREATED, AlertRuleBody::from(&rule))
+    answers 201 => AlertRuleBody, "The new rule";
+    errors(AccountNotFound);
+    400 "`invalid_condition` or bad body";
+    409 "`too_many_rules`: at most 20 per account";
+    |state, path AccountPath { account_id }, body body: CreateAlertRuleRequest| {
+        let condition = Condition::parse(&body.condition, body.threshold)?;
+        let request = NewAlertRule { account_id: &account_id, condition };
+        let rule = state.store().create_alert_rule(request, state.now()).await?;
+        json(StatusCode::CREATED, AlertRuleBody::from(&rule))
+    }
 }
 
 read_route! {
@@ -80,49 +72,34 @@ read_route! {
     }
 }
 
-/// Deletes an alert rule; it emits nothing more.
-#[utoipa::path(
-    delete, path = "/v1/accounts/{account_id}/alert-rules/{rule_id}", tag = "alerts",
+write_route! {
+    /// Deletes an alert rule; it emits nothing more.
+    delete_alert_rule: AdminAuth, delete "/v1/accounts/{account_id}/alert-rules/{rule_id}", tag "alerts",
     params(RulePath),
-    responses(
-        (status = 204, description = "Deleted"),
-        (status = 404, description = "`account_not_found` or `rule_not_found`", body = ErrorBody),
-    ),
-)]
-pub(crate) async fn delete_alert_rule(
-    _: AdminAuth,
-    State(state): State<AppState>,
-    ApiPath(RulePath { account_id, rule_id }): ApiPath<RulePath>,
-) -> ApiResult {
-    state.store().delete_alert_rule(&account_id, &rule_id).await?;
-    Ok(StatusCode::NO_CONTENT.into_response())
+    answers 204, "Deleted";
+    404 "`account_not_found` or `rule_not_found`";
+    |state, path RulePath { account_id, rule_id }| {
+        state.store().delete_alert_rule(&account_id, &rule_id).await?;
+        Ok(StatusCode::NO_CONTENT.into_response())
+    }
 }
 
-/// Creates a webhook endpoint. The answer shows its signing secret, once.
-/// Events whose cause is older than the endpoint are not sent to it.
-#[utoipa::path(
-    post, path = "/v1/webhooks", tag = "webhooks",
-    request_body = CreateWebhookRequest,
-    responses(
-        (status = 201, description = "The new endpoint with its secret", body = WebhookEndpointBody),
-        (status = 400, description = "`invalid_webhook_url`, `invalid_event_types` or bad body", body = ErrorBody),
-        (status = 409, description = "`too_many_endpoints` (at most 50) or `webhook_key_missing`", body = ErrorBody),
-    ),
-)]
-pub(crate) async fn create_endpoint(
-    _: AdminAuth,
-    State(state): State<AppState>,
-    ApiJson(body): ApiJson<CreateWebhookRequest>,
-) -> ApiResult {
-    validate_url(&body.url)?;
-    let event_types = EventType::parse_list(body.event_types.iter().map(String::as_str))?;
-    let secret = new_webhook_secret();
-    let sealed = key(&state)?.seal(&secret);
-    let endpoint = state
-        .store()
-        .create_endpoint(NewEndpoint { url: &body.url, event_types: &event_types, sealed_secret: sealed }, state.now())
-        .await?;
-    json(StatusCode::CREATED, WebhookEndpointBody::from(&IssuedEndpoint { endpoint, secret }))
+write_route! {
+    /// Creates a webhook endpoint. The answer shows its signing secret, once.
+    /// Events whose cause is older than the endpoint are not sent to it.
+    create_endpoint: AdminAuth, post "/v1/webhooks", tag "webhooks",
+    answers 201 => WebhookEndpointBody, "The new endpoint with its secret";
+    400 "`invalid_webhook_url`, `invalid_event_types` or bad body";
+    409 "`too_many_endpoints` (at most 50) or `webhook_key_missing`";
+    |state, body body: CreateWebhookRequest| {
+        validate_url(&body.url)?;
+        let event_types = EventType::parse_list(body.event_types.iter().map(String::as_str))?;
+        let secret = new_webhook_secret();
+        let sealed_secret = key(&state)?.seal(&secret);
+        let request = NewEndpoint { url: &body.url, event_types: &event_types, sealed_secret };
+        let endpoint = state.store().create_endpoint(request, state.now()).await?;
+        json(StatusCode::CREATED, WebhookEndpointBody::from(&IssuedEndpoint { endpoint, secret }))
+    }
 }
 
 /// Every webhook endpoint, oldest first, without secrets.
@@ -135,60 +112,42 @@ pub(crate) async fn list_endpoints(_: AdminAuth, State(state): State<AppState>) 
     json(StatusCode::OK, WebhookEndpointsBody { endpoints: endpoints.iter().map(WebhookEndpointBody::from).collect() })
 }
 
-/// Deletes an endpoint with its deliveries; nothing more is sent to it.
-#[utoipa::path(
-    delete, path = "/v1/webhooks/{endpoint_id}", tag = "webhooks",
+write_route! {
+    /// Deletes an endpoint with its deliveries; nothing more is sent to it.
+    delete_endpoint: AdminAuth, delete "/v1/webhooks/{endpoint_id}", tag "webhooks",
     params(EndpointPath),
-    responses(
-        (status = 204, description = "Deleted"),
-        EndpointNotFound,
-    ),
-)]
-pub(crate) async fn delete_endpoint(
-    _: AdminAuth,
-    State(state): State<AppState>,
-    ApiPath(EndpointPath { endpoint_id }): ApiPath<EndpointPath>,
-) -> ApiResult {
-    state.store().delete_endpoint(&endpoint_id).await?;
-    Ok(StatusCode::NO_CONTENT.into_response())
+    answers 204, "Deleted";
+    errors(EndpointNotFound);
+    |state, path EndpointPath { endpoint_id }| {
+        state.store().delete_endpoint(&endpoint_id).await?;
+        Ok(StatusCode::NO_CONTENT.into_response())
+    }
 }
 
-/// Replaces the endpoint's secret and shows the new one, once. Until the
-/// overlap ends, each delivery carries a signature by each secret, so a
-/// receiver can switch without refusing a delivery.
-#[utoipa::path(
-    post, path = "/v1/webhooks/{endpoint_id}/rotate-secret", tag = "webhooks",
+write_route! {
+    /// Replaces the endpoint's secret and shows the new one, once. Until the
+    /// overlap ends, each delivery carries a signature by each secret, so a
+    /// receiver can switch without refusing a delivery.
+    rotate_secret: AdminAuth, post "/v1/webhooks/{endpoint_id}/rotate-secret", tag "webhooks",
     params(EndpointPath),
-    request_body = RotateSecretRequest,
-    responses(
-        (status = 200, description = "The endpoint with its new secret", body = WebhookEndpointBody),
-        (status = 400, description = "`invalid_overlap` or bad body", body = ErrorBody),
-        EndpointNotFound,
-        (status = 409, description = "`webhook_key_missing`", body = ErrorBody),
-    ),
-)]
-pub(crate) async fn rotate_secret(
-    _: AdminAuth,
-    State(state): State<AppState>,
-    ApiPath(EndpointPath { endpoint_id }): ApiPath<EndpointPath>,
-    ApiJson(body): ApiJson<RotateSecretRequest>,
-) -> ApiResult {
-    let overlap = body.overlap_seconds.unwrap_or(OVERLAP_DEFAULT_S);
-    if overlap > OVERLAP_MAX_S {
-        return Err(Error::InvalidOverlap { max: OVERLAP_MAX_S }.into());
+    answers 200 => WebhookEndpointBody, "The endpoint with its new secret";
+    errors(EndpointNotFound);
+    400 "`invalid_overlap` or bad body";
+    409 "`webhook_key_missing`";
+    |state, path EndpointPath { endpoint_id }, body body: RotateSecretRequest| {
+        let overlap = body.overlap_seconds.unwrap_or(OVERLAP_DEFAULT_S);
+        if overlap > OVERLAP_MAX_S {
+            return Err(Error::InvalidOverlap { max: OVERLAP_MAX_S }.into());
+        }
+        let now = state.now();
+        let previous_until =
+            now.checked_add(SignedDuration::from_secs(overlap.cast_signed())).unwrap_or(Timestamp::MAX);
+        let secret = new_webhook_secret();
+        let sealed_secret = key(&state)?.seal(&secret);
+        let rotation = SecretRotation { endpoint_id: &endpoint_id, sealed_secret, previous_until };
+        let endpoint = state.store().rotate_endpoint_secret(rotation, now).await?;
+        json(StatusCode::OK, WebhookEndpointBody::from(&IssuedEndpoint { endpoint, secret }))
     }
-    let now = state.now();
-    let until = now.checked_add(SignedDuration::from_secs(overlap.cast_signed())).unwrap_or(Timestamp::MAX);
-    let secret = new_webhook_secret();
-    let sealed = key(&state)?.seal(&secret);
-    let endpoint = state
-        .store()
-        .rotate_endpoint_secret(
-            SecretRotation { endpoint_id: &endpoint_id, sealed_secret: sealed, previous_until: until },
-            now,
-        )
-        .await?;
-    json(StatusCode::OK, WebhookEndpointBody::from(&IssuedEndpoint { endpoint, secret }))
 }
 
 read_route! {
@@ -199,21 +158,15 @@ read_route! {
     "One page of deliveries" => PageBody<DeliveryBody>, deliveries
 }
 
-/// Makes a delivery due now, whatever its state: the event is sent again,
-/// with the same event id for the receiver's dedupe.
-#[utoipa::path(
-    post, path = "/v1/webhooks/{endpoint_id}/deliveries/{delivery_id}/redeliver", tag = "webhooks",
+write_route! {
+    /// Makes a delivery due now, whatever its state: the event is sent again,
+    /// with the same event id for the receiver's dedupe.
+    redeliver: AdminAuth, post "/v1/webhooks/{endpoint_id}/deliveries/{delivery_id}/redeliver", tag "webhooks",
     params(DeliveryPath),
-    responses(
-        (status = 202, description = "The delivery, due now", body = DeliveryBody),
-        (status = 404, description = "`delivery_not_found`", body = ErrorBody),
-    ),
-)]
-pub(crate) async fn redeliver(
-    _: AdminAuth,
-    State(state): State<AppState>,
-    ApiPath(DeliveryPath { endpoint_id, delivery_id }): ApiPath<DeliveryPath>,
-) -> ApiResult {
-    let delivery = state.store().redeliver(&endpoint_id, &delivery_id, state.now()).await?;
-    json(StatusCode::ACCEPTED, DeliveryBody::from(&delivery))
+    answers 202 => DeliveryBody, "The delivery, due now";
+    404 "`delivery_not_found`";
+    |state, path DeliveryPath { endpoint_id, delivery_id }| {
+        let delivery = state.store().redeliver(&endpoint_id, &delivery_id, state.now()).await?;
+        json(StatusCode::ACCEPTED, DeliveryBody::from(&delivery))
+    }
 }
