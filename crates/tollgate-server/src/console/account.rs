@@ -2,7 +2,7 @@
 //! credentials, credits and alert rules; its journal; and the three changes
 //! the console makes (add a credit, issue a credential, revoke one).
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
@@ -11,11 +11,10 @@ use tollgate_core::{
 };
 use tollgate_store::LeaseListing;
 
-use super::extract::{Change, Signed, failure, refusal};
+use super::extract::{AccountPage, Change, Signed, failure, refusal};
 use super::layout::{account_path, duration, page, segment, time_element};
 use super::usage::{self, UsageView};
 use crate::AppState;
-use crate::extract::QueryParams;
 
 /// Rows of each listing on the account page.
 const ROWS: u32 = 100;
@@ -68,12 +67,8 @@ async fn read(state: &AppState, account_id: &str, choice: &usage::Choice) -> Res
     })
 }
 
-pub(crate) async fn show(
-    signed: Signed,
-    State(state): State<AppState>,
-    Path(account_id): Path<String>,
-    params: QueryParams,
-) -> Response {
+pub(crate) async fn show(State(state): State<AppState>, request: AccountPage) -> Response {
+    let AccountPage { signed, account_id, params } = request;
     let choice = match usage::Choice::of(params) {
         Ok(choice) => choice,
         Err(problem) => return refusal(StatusCode::BAD_REQUEST, &problem, Some(&signed)),
@@ -320,12 +315,8 @@ pub(crate) async fn revoke(State(state): State<AppState>, change: Change<(String
 }
 
 /// The account's journal, a page at a time from `after`.
-pub(crate) async fn journal(
-    signed: Signed,
-    State(state): State<AppState>,
-    Path(account_id): Path<String>,
-    params: QueryParams,
-) -> Response {
+pub(crate) async fn journal(State(state): State<AppState>, request: AccountPage) -> Response {
+    let AccountPage { signed, account_id, params } = request;
     let after = match params.only(&["after"]).map(|params| params.after()) {
         Ok(Ok(after)) => after,
         _ => return refusal(StatusCode::BAD_REQUEST, "after must be a journal sequence number.", Some(&signed)),

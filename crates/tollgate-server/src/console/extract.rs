@@ -1,7 +1,8 @@
 //! What a console request brings: its session ([`Signed`]), its form
 //! ([`Form`]) and, for a form that changes something, both checked together
-//! ([`Change`]); and how a console refusal is answered (an HTML page with the
-//! status, never a JSON body).
+//! ([`Change`]); a read of one account's page ([`AccountPage`]); and how a
+//! console refusal is answered (an HTML page with the status, never a JSON
+//! body).
 
 use axum::RequestPartsExt;
 use axum::body::to_bytes;
@@ -112,6 +113,25 @@ impl<P: DeserializeOwned + Send + 'static> FromRequest<AppState> for Change<P> {
             return Err(refused);
         }
         Ok(Change { signed, path, form })
+    }
+}
+
+/// A signed-in read of one account's page: who asks, the account the path
+/// names, and the query string.
+pub(crate) struct AccountPage {
+    pub(crate) signed: Signed,
+    pub(crate) account_id: String,
+    pub(crate) params: crate::extract::QueryParams,
+}
+
+impl FromRequestParts<AppState> for AccountPage {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        let signed: Signed = parts.extract_with_state(state).await?;
+        let Path(account_id) = parts.extract::<Path<String>>().await.map_err(IntoResponse::into_response)?;
+        let Ok(params) = parts.extract().await;
+        Ok(AccountPage { signed, account_id, params })
     }
 }
 

@@ -39,6 +39,32 @@ pub(crate) struct RangeParams {
     to: String,
 }
 
+/// How usage totals are bucketed and grouped, as the OpenAPI document
+/// states it; the handler reads it through `QueryParams` and the core's parser.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[expect(dead_code, reason = "documents the parameters; QueryParams reads them")]
+pub(crate) struct GroupingParams {
+    /// `PT1M`, `PT1H` or `P1D` (UTC-aligned); omitted: one bucket
+    window: Option<String>,
+    /// `credential`, `lease`, `funding` or `dimension:KEY`; omitted: one group
+    group_by: Option<String>,
+}
+
+/// How the export pages and what it answers in, as the OpenAPI document
+/// states it; the handler reads it through `QueryParams`.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[expect(dead_code, reason = "documents the parameters; QueryParams reads them")]
+pub(crate) struct ExportParams {
+    /// `next_cursor` of the previous page
+    cursor: Option<String>,
+    /// 1 to 1000, default 100; the page size (JSON only)
+    limit: Option<u32>,
+    /// `json` (default): one page; `ndjson`: the whole range, streamed
+    format: Option<String>,
+}
+
 read_route! {
     /// Units and event counts of an account's accepted events in `[from, to)`,
     /// by UTC-aligned window and by group.
@@ -47,12 +73,7 @@ read_route! {
     /// included, each clipped to the range, so the buckets tile `[from, to)`;
     /// each holds its nonempty groups. Totals are decimal strings.
     get_usage: GatewayAuth, "/v1/accounts/{account_id}/usage", tag "usage",
-    params(
-        AccountPath,
-        RangeParams,
-        ("window" = Option<String>, Query, description = "`PT1M`, `PT1H` or `P1D` (UTC-aligned); omitted: one bucket"),
-        ("group_by" = Option<String>, Query, description = "`credential`, `lease`, `funding` or `dimension:KEY`; omitted: one group"),
-    ),
+    params(AccountPath, RangeParams, GroupingParams),
     responses(
         (status = 200, description = "Every bucket of the range, in time order, and the total", body = UsageReportBody),
         (status = 400, description = "`invalid_timestamp`, `invalid_range`, `invalid_window`, `invalid_group_by`, \
@@ -80,13 +101,7 @@ read_route! {
     /// middle ends the stream early without its final chunk, which HTTP clients
     /// report as an incomplete body.
     get_usage_events: GatewayAuth, "/v1/accounts/{account_id}/usage/events", tag "usage",
-    params(
-        AccountPath,
-        RangeParams,
-        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
-        ("limit" = Option<u32>, Query, description = "1 to 1000, default 100; the page size (JSON only)"),
-        ("format" = Option<String>, Query, description = "`json` (default): one page; `ndjson`: the whole range, streamed"),
-    ),
+    params(AccountPath, RangeParams, ExportParams),
     responses(
         (status = 200, description = "A page of events, or with `format=ndjson` one event per line", body = UsageEventsPage,
             content(
