@@ -28,41 +28,10 @@ struct StoredEvent {
     dimensions: Option<Box<Dimensions>>,
 }
 
-/// Where an event sits in its account's export order: by instant, then by
-/// request id, byte by byte.
-///
-/// `head` is the id's first 16 bytes as a big-endian number, padded with
-/// zeros, so that most comparisons of two keys end before either id is read
-/// from the heap. It orders as the bytes do: where two heads first differ,
-/// either both ids have a byte there (and the larger byte wins) or one id
-/// has ended there (and the shorter one, a prefix of the other, comes
-/// first). Equal heads fall back to the whole ids.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct OrderKey {
-    at: Timestamp,
-    head: u128,
-    request_id: Arc<str>,
-}
-
-impl OrderKey {
-    fn new(at: Timestamp, request_id: Arc<str>) -> Self {
-        let mut head = [0u8; 16];
-        let bytes = request_id.as_bytes();
-        let len = bytes.len().min(head.len());
-        head[..len].copy_from_slice(&bytes[..len]);
-        Self { at, head: u128::from_be_bytes(head), request_id }
-    }
-
-    /// The first key at `at`, before every request id.
-    fn first_at(at: Timestamp) -> Self {
-        Self::new(at, Arc::from(""))
-    }
-}
-
 /// One account's events. Both maps share one allocation of each request id.
 #[derive(Default)]
 struct AccountEvents {
-    by_order: BTreeMap<OrderKey, StoredEvent>,
+    by_order: BTreeMap<(Timestamp, Arc<str>), StoredEvent>,
     by_request: HashMap<Arc<str>, Timestamp>,
 }
 
@@ -98,24 +67,24 @@ impl EventLog {
         };
         let request_id: Arc<str> = Arc::from(event.request_id.as_str());
         events.by_request.insert(Arc::clone(&request_id), event.occurred_at);
-        events.by_order.insert(OrderKey::new(event.occurred_at, request_id), stored);
+        events.by_order.insert((event.occurred_at, request_id), stored);
     }
 
     /// `account_id`'s events from `start` (exclusive when `after`) up to `to`, in order.
     fn scan<'a>(
         &'a self,
         account_id: &'a str,
-        start: Bound<OrderKey>,
+        start: Bound<(Timestamp, Arc<str>)>,
         to: Timestamp,
     ) -> impl Iterator<Item = UsageEvent> + 'a {
-        let end = Bound::Excluded(OrderKey::first_at(to));
+        let end = Bound::Excluded((to, Arc::<str>::from("")));
         self.accounts.get(account_id).into_iter().flat_map(move |events| {
-            events.by_order.range((start.clone(), end.clone())).map(move |(order, stored)| UsageEvent {
-                request_id: order.request_id.to_string(),
+            events.by_order.range((start.clone(), end.clone())).map(move |((at, request_id), stored)| UsageEvent {
+                request_id: request_id.to_string(),
                 account_id: account_id.to_owned(),
                 credential_id: stored.credential_id.to_string(),
                 units: stored.units,
-                occurred_at: order.at,
+                occurred_at: *at,
                 lease_id: stored.funding.map(|(key, _)| lease_id_of(key)),
                 fencing_token: stored.funding.map(|(_, fence)| fence),
                 dimensions: stored.dimensions.as_deref().cloned().unwrap_or_default(),
@@ -128,7 +97,7 @@ impl State {
     pub(super) fn usage(&self, account_id: &str, query: &UsageQuery) -> Result<UsageReport, Error> {
         self.account(account_id)?;
         let mut aggregation = Aggregation::new(query);
-        let start = Bound::Included(OrderKey::first_at(query.range.from));
+        let start = Bound::Included((query.range.from, Arc::<str>::from("")));
         for event in self.events.scan(account_id, start, query.range.to) {
             aggregation.add_event(&event)?;
         }
@@ -138,8 +107,8 @@ impl State {
     pub(super) fn usage_events(&self, account_id: &str, query: &ExportQuery) -> Result<Page<UsageEvent>, Error> {
         self.account(account_id)?;
         let start = match &query.after {
-            None => Bound::Included(OrderKey::first_at(query.range.from)),
-            Some((at, request_id)) => Bound::Excluded(OrderKey::new(*at, request_id.as_str().into())),
+            None => Bound::Included((query.range.from, Arc::<str>::from(""))),
+            Some((at, request_id)) => Bound::Excluded((*at, request_id.as_str().into())),
         };
         let rows = self
             .events
@@ -148,44 +117,5 @@ impl State {
             .take(query.limit.rows() + 1)
             .collect();
         Ok(query.page(rows))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Keys order exactly as `(instant, request id)` do, whatever the ids
-    /// share: a head, a prefix, NUL bytes, a length around 16 bytes.
-    #[test]
-    fn order_keys_order_as_instant_then_request_id() {
-        let long = "x".repeat(16);
-        let ids = [
-            "".to_owned(),
-            "a".to_owned(),
-            "a\0".to_owned(),
-            "a\0\u{1}".to_owned(),
-            "ab".to_owned(),
-            "b".to_owned(),
-            "é".to_owned(),
-            long.clone(),
-            format!("{long}\0"),
-            format!("{long}a"),
-            format!("{long}b"),
-            format!("{}y", "x".repeat(15)),
-            "req-1-10".to_owned(),
-            "req-1-9".to_owned(),
-        ];
-        let instants = [Timestamp::UNIX_EPOCH, Timestamp::from_second(1).expect("instant")];
-        let keys: Vec<_> = instants.iter().flat_map(|&at| ids.iter().map(move |id| (at, id.as_str()))).collect();
-        for &(a_at, a) in &keys {
-            for &(b_at, b) in &keys {
-                let by_key = OrderKey::new(a_at, a.into()).cmp(&OrderKey::new(b_at, b.into()));
-                assert_eq!(by_key, (a_at, a).cmp(&(b_at, b)), "{a_at} {a:?} against {b_at} {b:?}");
-            }
-        }
-        for &(at, id) in &keys {
-            assert!(OrderKey::first_at(at) <= OrderKey::new(at, id.into()));
-        }
     }
 }
