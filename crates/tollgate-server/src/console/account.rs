@@ -12,7 +12,7 @@ use tollgate_core::{
 use tollgate_store::LeaseListing;
 
 use super::extract::{AccountPage, Change, Signed, failure, refusal};
-use super::layout::{account_path, duration, page, segment, time_element};
+use super::layout::{account_path, duration, page, scrolling_table, segment, time_element};
 use super::usage::{self, UsageView};
 use crate::AppState;
 
@@ -130,22 +130,19 @@ fn leases(leases: &[Lease], more: bool, now: jiff::Timestamp) -> Markup {
         section #leases aria-labelledby="leases-heading" {
             h2 #leases-heading { "Active leases" }
             @if leases.is_empty() { p { "No active lease." } } @else {
-                div.scroll { table {
-                    thead { tr {
-                        th scope="col" { "Lease" } th.num scope="col" { "Fence" } th.num scope="col" { "Granted" }
-                        th.num scope="col" { "Used" } th scope="col" { "Expires" } th scope="col" { "Time left" }
-                    } }
-                    tbody { @for lease in leases {
-                        tr data-lease-id=(lease.lease_id) {
-                            td.id { (lease.lease_id) }
-                            td.num { (lease.fencing_token) }
-                            td.num { (lease.granted) }
-                            td.num { (lease.used) }
-                            td { (time_element(lease.expiry)) @if lease.expiry_is_upper_bound { " (at the latest)" } }
-                            td { (time_left(lease.expiry, now)) }
-                        }
-                    } }
-                } }
+                (scrolling_table(html! {
+                    th scope="col" { "Lease" } th.num scope="col" { "Fence" } th.num scope="col" { "Granted" }
+                    th.num scope="col" { "Used" } th scope="col" { "Expires" } th scope="col" { "Time left" }
+                }, html! { @for lease in leases {
+                    tr data-lease-id=(lease.lease_id) {
+                        td.id { (lease.lease_id) }
+                        td.num { (lease.fencing_token) }
+                        td.num { (lease.granted) }
+                        td.num { (lease.used) }
+                        td { (time_element(lease.expiry)) @if lease.expiry_is_upper_bound { " (at the latest)" } }
+                        td { (time_left(lease.expiry, now)) }
+                    }
+                } }))
                 @if more { p { "The first " (ROWS) " active leases, by lease id." } }
             }
         }
@@ -165,36 +162,33 @@ fn credentials(signed: &Signed, account_id: &str, credentials: &[Credential]) ->
         section #credentials aria-labelledby="credentials-heading" {
             h2 #credentials-heading { "Credentials" }
             @if credentials.is_empty() { p { "No credential." } } @else {
-                div.scroll { table {
-                    thead { tr {
-                        th scope="col" { "Credential" } th scope="col" { "Label" } th scope="col" { "Created" }
-                        th scope="col" { "Last used" } th.num scope="col" { "Events" } th.num scope="col" { "Units" }
-                        th scope="col" { "State" }
-                    } }
-                    tbody { @for credential in credentials {
-                        tr data-credential-id=(credential.credential_id) {
-                            td.id { (credential.credential_id) }
-                            td.label { (credential.label) }
-                            td { (time_element(credential.created_at)) }
-                            td { @match credential.last_used_at { Some(at) => (time_element(at)), None => "never" } }
-                            td.num { (credential.accepted_events) }
-                            td.num { (credential.accepted_units) }
-                            td.state { @match credential.revoked_at {
-                                Some(at) => { "revoked " (time_element(at)) }
-                                None => {
-                                    "active"
-                                    @if signed.session.can_change() {
-                                        form.revoke method="post"
-                                            action={(base) "/credentials/" (segment(&credential.credential_id)) "/revoke"} {
-                                            input type="hidden" name="csrf" value=(signed.csrf);
-                                            button type="submit" aria-label={"Revoke " (credential.label)} { "Revoke" }
-                                        }
+                (scrolling_table(html! {
+                    th scope="col" { "Credential" } th scope="col" { "Label" } th scope="col" { "Created" }
+                    th scope="col" { "Last used" } th.num scope="col" { "Events" } th.num scope="col" { "Units" }
+                    th scope="col" { "State" }
+                }, html! { @for credential in credentials {
+                    tr data-credential-id=(credential.credential_id) {
+                        td.id { (credential.credential_id) }
+                        td.label { (credential.label) }
+                        td { (time_element(credential.created_at)) }
+                        td { @match credential.last_used_at { Some(at) => (time_element(at)), None => "never" } }
+                        td.num { (credential.accepted_events) }
+                        td.num { (credential.accepted_units) }
+                        td.state { @match credential.revoked_at {
+                            Some(at) => { "revoked " (time_element(at)) }
+                            None => {
+                                "active"
+                                @if signed.session.can_change() {
+                                    form.revoke method="post"
+                                        action={(base) "/credentials/" (segment(&credential.credential_id)) "/revoke"} {
+                                        input type="hidden" name="csrf" value=(signed.csrf);
+                                        button type="submit" aria-label={"Revoke " (credential.label)} { "Revoke" }
                                     }
                                 }
-                            } }
-                        }
-                    } }
-                } }
+                            }
+                        } }
+                    }
+                } }))
             }
             @if signed.session.can_change() {
                 form #issue-credential method="post" action={(base) "/credentials"} {
@@ -214,12 +208,11 @@ fn credits(signed: &Signed, account_id: &str, credits: &[CreditEntry], more: boo
         section #credits aria-labelledby="credits-heading" {
             h2 #credits-heading { "Credits" }
             @if credits.is_empty() { p { "No credit." } } @else {
-                div.scroll { table {
-                    thead { tr { th scope="col" { "Credit" } th.num scope="col" { "Units" } } }
-                    tbody { @for credit in credits {
+                (scrolling_table(html! { th scope="col" { "Credit" } th.num scope="col" { "Units" } }, html! {
+                    @for credit in credits {
                         tr data-credit-id=(credit.credit_id) { td.id { (credit.credit_id) } td.num { (credit.units) } }
-                    } }
-                } }
+                    }
+                }))
                 @if more { p { "The first " (ROWS) " credits, by credit id." } }
             }
             @if signed.session.can_change() {
@@ -241,20 +234,17 @@ fn rules(rules: &[AlertRule]) -> Markup {
         section #alert-rules aria-labelledby="rules-heading" {
             h2 #rules-heading { "Alert rules" }
             @if rules.is_empty() { p { "No alert rule. " a href="/console/webhooks" { "Webhooks" } } } @else {
-                div.scroll { table {
-                    thead { tr {
-                        th scope="col" { "Rule" } th scope="col" { "Condition" } th.num scope="col" { "Threshold" }
-                        th scope="col" { "Created" }
-                    } }
-                    tbody { @for rule in rules {
-                        tr data-rule-id=(rule.rule_id) {
-                            td.id { (rule.rule_id) }
-                            td { (rule.condition.kind()) }
-                            td.num { @if let Some(threshold) = rule.condition.threshold() { (threshold) } }
-                            td { (time_element(rule.created_at)) }
-                        }
-                    } }
-                } }
+                (scrolling_table(html! {
+                    th scope="col" { "Rule" } th scope="col" { "Condition" } th.num scope="col" { "Threshold" }
+                    th scope="col" { "Created" }
+                }, html! { @for rule in rules {
+                    tr data-rule-id=(rule.rule_id) {
+                        td.id { (rule.rule_id) }
+                        td { (rule.condition.kind()) }
+                        td.num { @if let Some(threshold) = rule.condition.threshold() { (threshold) } }
+                        td { (time_element(rule.created_at)) }
+                    }
+                } }))
             }
         }
     }

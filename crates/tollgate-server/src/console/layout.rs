@@ -85,6 +85,12 @@ pub(crate) fn problem(status: StatusCode, problem: &str, signed: Option<&Signed>
     page("Refused", signed, body)
 }
 
+/// A table that scrolls sideways on a narrow screen: `head` is its header
+/// row's cells, `rows` its body rows.
+pub(crate) fn scrolling_table(head: Markup, rows: Markup) -> Markup {
+    html! { div.scroll { table { thead { tr { (head) } } tbody { (rows) } } } }
+}
+
 /// An instant as `2026-12-01 21:18:46Z`, to the second.
 pub(crate) fn time(at: Timestamp) -> String {
     at.strftime("%Y-%m-%d %H:%M:%SZ").to_string()
