@@ -371,14 +371,13 @@ impl Store for MemoryStore {
         self.run(idempotency, Request::Consolidate(request), now, |state| {
             let (number, account) = state.account_numbered(account_id)?;
             let mut account = account.clone();
-            let (keys, mut leases): (Vec<LeaseKey>, Vec<Lease>) = sources
+            let held = sources
                 .iter()
                 .zip(&presented)
                 .map(|(handle, capability)| state.held_lease(account_id, &handle.lease_id, capability))
-                .map(|held| held.map(|Held { key, lease, .. }| (key, lease)))
-                .collect::<Result<Vec<_>, _>>()?
-                .into_iter()
-                .unzip();
+                .collect::<Result<Vec<_>, _>>()?;
+            let (keys, mut leases): (Vec<LeaseKey>, Vec<Lease>) =
+                held.into_iter().map(|Held { key, lease, .. }| (key, lease)).unzip();
             let (grant, settlements) =
                 ledger::consolidate(&mut account, &mut leases, extra_units, ttl, now, &self.policy, DOMAIN)?;
             for (&key, lease) in keys.iter().zip(&leases) {
