@@ -211,7 +211,8 @@ pub fn classify(
     }
     let mut plan = IngestPlan::default();
     plan.outcomes.reserve(batch.len());
-    let mut claimed: HashSet<(&str, &str)> = HashSet::with_capacity(batch.len());
+    let mut claimed: foldhash::HashSet<(&str, &str)> =
+        HashSet::with_capacity_and_hasher(batch.len(), Default::default());
     for (index, event) in batch.iter().enumerate() {
         let key = (event.account_id.as_str(), event.request_id.as_str());
         let outcome = if claimed.contains(&key) || view.is_recorded(key.0, key.1) {

@@ -103,7 +103,7 @@ struct State {
     active_by_account: BTreeSet<(AccountNumber, Timestamp, LeaseKey)>,
     /// Accepted events per account, kept forever.
     events: EventLog,
-    credentials: HashMap<String, CredentialRecord>,
+    credentials: foldhash::HashMap<String, CredentialRecord>,
     credential_by_key: HashMap<SecretHash, String>,
     /// Every credential by `(account_id, credential_id)`, the listing's order.
     credentials_by_account: BTreeSet<(String, String)>,

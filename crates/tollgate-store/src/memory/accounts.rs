@@ -5,7 +5,7 @@
 //! An operation on a lease reaches its account by number, with no string
 //! lookup at all; an operation named by account id pays one hash lookup.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use tollgate_core::{Account, AlertRule};
@@ -35,7 +35,7 @@ pub(super) struct Accounts {
     /// Every id by number, so that a lease names its account's id even when
     /// the record is gone.
     ids: Vec<String>,
-    by_id: HashMap<String, AccountNumber>,
+    by_id: foldhash::HashMap<String, AccountNumber>,
     in_order: BTreeMap<String, AccountNumber>,
 }
 

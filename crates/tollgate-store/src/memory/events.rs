@@ -3,15 +3,19 @@
 //!
 //! Each account's events sit in one ordered map keyed by
 //! `(occurred_at, request_id)`, the export order, so a range or a page is one
-//! range scan; a second map from request id to instant answers "was this id
-//! accepted?". An event is kept compactly: its account is the map it sits in,
+//! range scan; a set of the request ids answers "was this id accepted?".
+//! Both hash by foldhash, seeded at random per process, rather than by the
+//! standard SipHash: request ids are chosen by callers, but only by holders
+//! of a gateway token, and the hash is most of what recognising a replay
+//! costs. An event is kept compactly: its account is the map it sits in,
 //! its lease as the 128-bit key of the id this store issued, and its
 //! dimensions only when it has any.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
+use foldhash::{HashMap, HashSet};
 use jiff::Timestamp;
 use tollgate_core::query::{Aggregation, ExportQuery, UsageQuery, UsageReport};
 use tollgate_core::{Dimensions, Error, Page, UsageEvent};
@@ -28,11 +32,11 @@ struct StoredEvent {
     dimensions: Option<Box<Dimensions>>,
 }
 
-/// One account's events. Both maps share one allocation of each request id.
+/// One account's events. The map and the set share one allocation of each request id.
 #[derive(Default)]
 struct AccountEvents {
     by_order: BTreeMap<(Timestamp, Arc<str>), StoredEvent>,
-    by_request: HashMap<Arc<str>, Timestamp>,
+    by_request: HashSet<Arc<str>>,
 }
 
 /// Every accepted event, by account.
@@ -44,29 +48,30 @@ pub(super) struct EventLog {
 impl EventLog {
     /// Whether `(account_id, request_id)` was accepted.
     pub(super) fn is_recorded(&self, account_id: &str, request_id: &str) -> bool {
-        self.accounts.get(account_id).is_some_and(|events| events.by_request.contains_key(request_id))
+        self.accounts.get(account_id).is_some_and(|events| events.by_request.contains(request_id))
     }
 
-    /// Keeps an event the core accepted.
-    pub(super) fn record(&mut self, event: &UsageEvent) {
+    /// Keeps an event the core accepted. The event is moved in, so that its
+    /// credential id and dimensions are kept without being copied.
+    pub(super) fn record(&mut self, event: UsageEvent) {
         let funding = match (&event.lease_id, event.fencing_token) {
             (Some(lease_id), Some(fence)) => lease_key(lease_id).map(|key| (key, fence)),
             _ => None,
         };
         let stored = StoredEvent {
-            credential_id: event.credential_id.as_str().into(),
+            credential_id: event.credential_id.into_boxed_str(),
             units: event.units,
             funding,
-            dimensions: (!event.dimensions.is_empty()).then(|| Box::new(event.dimensions.clone())),
+            dimensions: (!event.dimensions.is_empty()).then(|| Box::new(event.dimensions)),
         };
-        // Looked up before it is entered, so that an account's id is copied
-        // only with its first event rather than with every one.
+        // Looked up before it is entered, so that the account's id is kept
+        // only with its first event.
         let events = match self.accounts.get_mut(&event.account_id) {
             Some(events) => events,
-            None => self.accounts.entry(event.account_id.clone()).or_default(),
+            None => self.accounts.entry(event.account_id).or_default(),
         };
-        let request_id: Arc<str> = Arc::from(event.request_id.as_str());
-        events.by_request.insert(Arc::clone(&request_id), event.occurred_at);
+        let request_id: Arc<str> = Arc::from(event.request_id);
+        events.by_request.insert(Arc::clone(&request_id));
         events.by_order.insert((event.occurred_at, request_id), stored);
     }
 

@@ -1,8 +1,6 @@
 //! Usage ingestion into the memory store: the core classifies a batch over
 //! the store's maps, and the store applies what it accepted.
 
-use std::collections::HashMap;
-
 use async_trait::async_trait;
 use jiff::Timestamp;
 use tollgate_core::journal::usage_changes;
@@ -16,12 +14,12 @@ use crate::UsageSink;
 /// `Lease` of every lease the batch names, rebuilt once from its record.
 struct BatchView<'a> {
     state: &'a State,
-    leases: HashMap<&'a str, Lease>,
+    leases: foldhash::HashMap<&'a str, Lease>,
 }
 
 impl<'a> BatchView<'a> {
     fn new(state: &'a State, batch: &'a [UsageEvent]) -> Self {
-        let mut leases = HashMap::new();
+        let mut leases = foldhash::HashMap::default();
         for lease_id in batch.iter().filter_map(|event| event.lease_id.as_deref()) {
             if !leases.contains_key(lease_id)
                 && let Some(lease) = state.load_lease(lease_id)
@@ -60,8 +58,11 @@ impl UsageSink for MemoryStore {
             let Some(before) = state.account(&change.account_id).ok().map(Account::counters) else { continue };
             state.record(change, before, now);
         }
-        for index in plan.accepted {
-            state.events.record(&batch[index]);
+        let mut accepted = plan.accepted.into_iter().peekable();
+        for (index, event) in batch.into_iter().enumerate() {
+            if accepted.next_if_eq(&index).is_some() {
+                state.events.record(event);
+            }
         }
         for account in plan.accounts.into_values() {
             state.store_account(account);
