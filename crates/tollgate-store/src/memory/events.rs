@@ -9,7 +9,9 @@
 //! of a gateway token, and the hash is most of what recognising a replay
 //! costs. An event is kept compactly: its account is the map it sits in,
 //! its lease as the 128-bit key of the id this store issued, and its
-//! dimensions only when it has any.
+//! dimensions only when it has any, as a slice of pairs in key order rather
+//! than the map the event carried, whose first node has room for eleven
+//! pairs however few it holds.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -18,9 +20,12 @@ use std::sync::Arc;
 use foldhash::{HashMap, HashSet};
 use jiff::Timestamp;
 use tollgate_core::query::{Aggregation, ExportQuery, UsageQuery, UsageReport};
-use tollgate_core::{Dimensions, Error, Page, UsageEvent};
+use tollgate_core::{Error, Page, UsageEvent};
 
 use super::{LeaseKey, State, lease_id_of, lease_key};
+
+/// An event's dimensions as kept: its `(key, value)` pairs in key order.
+type StoredDimensions = Box<[(Box<str>, Box<str>)]>;
 
 /// An accepted event without its account, instant and request id (its keys).
 struct StoredEvent {
@@ -29,7 +34,7 @@ struct StoredEvent {
     /// The lease and fence of a leased event. Accepted leased events always
     /// name a lease this store issued, whose id is a `LeaseKey`.
     funding: Option<(LeaseKey, u64)>,
-    dimensions: Option<Box<Dimensions>>,
+    dimensions: Option<StoredDimensions>,
 }
 
 /// One account's events. The map and the set share one allocation of each request id.
@@ -62,7 +67,10 @@ impl EventLog {
             credential_id: event.credential_id.into_boxed_str(),
             units: event.units,
             funding,
-            dimensions: (!event.dimensions.is_empty()).then(|| Box::new(event.dimensions)),
+            dimensions: (!event.dimensions.is_empty()).then(|| {
+                let pairs = event.dimensions.into_iter();
+                pairs.map(|(key, value)| (key.into_boxed_str(), value.into_boxed_str())).collect()
+            }),
         };
         // Looked up before it is entered, so that the account's id is kept
         // only with its first event.
@@ -92,7 +100,12 @@ impl EventLog {
                 occurred_at: *at,
                 lease_id: stored.funding.map(|(key, _)| lease_id_of(key)),
                 fencing_token: stored.funding.map(|(_, fence)| fence),
-                dimensions: stored.dimensions.as_deref().cloned().unwrap_or_default(),
+                dimensions: stored
+                    .dimensions
+                    .iter()
+                    .flatten()
+                    .map(|(key, value)| (key.to_string(), value.to_string()))
+                    .collect(),
             })
         })
     }
