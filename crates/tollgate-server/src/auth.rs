@@ -123,10 +123,12 @@ impl OperatorTokens {
 
     /// The role of `token`, if it is one of the operator tokens. Every hash is
     /// always compared, so the time taken does not depend on which one matched.
+    /// The token is hashed once for all of them.
     pub fn role_of(&self, token: &str) -> Option<Role> {
-        let is_admin = self.admin.matches(token);
-        let is_gateway = self.gateway.as_ref().is_some_and(|hash| hash.matches(token));
-        let is_viewer = self.viewer.as_ref().is_some_and(|hash| hash.matches(token));
+        let presented = SecretHash::of(token);
+        let is_admin = self.admin.matches_hash(&presented);
+        let is_gateway = self.gateway.as_ref().is_some_and(|hash| hash.matches_hash(&presented));
+        let is_viewer = self.viewer.as_ref().is_some_and(|hash| hash.matches_hash(&presented));
         match (is_admin, is_gateway, is_viewer) {
             (true, _, _) => Some(Role::Admin),
             (false, true, _) => Some(Role::Gateway),
