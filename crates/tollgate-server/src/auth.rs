@@ -113,11 +113,13 @@ impl OperatorTokens {
     /// Adds the read-only viewer token, which signs in to the console only.
     pub fn with_viewer(mut self, viewer: &Secret) -> Result<Self, TokenError> {
         check_token("viewer token", viewer)?;
-        let token = viewer.expose();
-        if self.admin.matches(token) || self.gateway.as_ref().is_some_and(|hash| hash.matches(token)) {
+        let presented = viewer.hash();
+        if self.admin.matches_hash(&presented)
+            || self.gateway.as_ref().is_some_and(|hash| hash.matches_hash(&presented))
+        {
             return Err(TokenError::ViewerSameAsAnother);
         }
-        self.viewer = Some(viewer.hash());
+        self.viewer = Some(presented);
         Ok(self)
     }
 

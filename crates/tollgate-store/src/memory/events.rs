@@ -4,10 +4,8 @@
 //! Each account's events sit in one ordered map keyed by
 //! `(occurred_at, request_id)`, the export order, so a range or a page is one
 //! range scan; a set of the request ids answers "was this id accepted?".
-//! Both hash by foldhash, seeded at random per process, rather than by the
-//! standard SipHash: request ids are chosen by callers, but only by holders
-//! of a gateway token, and the hash is most of what recognising a replay
-//! costs. An event is kept compactly: its account is the map it sits in,
+//! The set and the map of accounts hash with foldhash, not SipHash
+//! (ARCHITECTURE.md, on the memory store, says why). An event is kept compactly: its account is the map it sits in,
 //! its lease as the 128-bit key of the id this store issued, and its
 //! dimensions only when it has any, as a slice of pairs in key order rather
 //! than the map the event carried, whose first node has room for eleven
