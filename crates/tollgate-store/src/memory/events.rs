@@ -5,11 +5,11 @@
 //! `(occurred_at, request_id)`, the export order, so a range or a page is one
 //! range scan; a set of the request ids answers "was this id accepted?".
 //! The set and the map of accounts hash with foldhash, not SipHash
-//! (ARCHITECTURE.md, on the memory store, says why). An event is kept compactly: its account is the map it sits in,
-//! its lease as the 128-bit key of the id this store issued, and its
-//! dimensions only when it has any, as a slice of pairs in key order rather
-//! than the map the event carried, whose first node has room for eleven
-//! pairs however few it holds.
+//! (ARCHITECTURE.md, on the memory store, says why). An event is kept
+//! compactly: its account is the map it sits in, its lease as the 128-bit key
+//! of the id this store issued, and its dimensions only when it has any, as
+//! a slice of pairs in key order rather than the map the event carried, whose
+//! first node has room for eleven pairs however few it holds.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -102,7 +102,7 @@ impl EventLog {
                     .dimensions
                     .iter()
                     .flatten()
-                    .map(|(key, value)| (key.to_string(), value.to_string()))
+                    .map(|(key, value)| (String::from(&**key), String::from(&**value)))
                     .collect(),
             })
         })
